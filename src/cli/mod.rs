@@ -1,0 +1,401 @@
+//! The `cellar` command line: table management and the data commands.
+//!
+//! Output formats are a public interface (scripts depend on them); see the
+//! README. Usage and parameter errors exit 2, other errors exit 1.
+
+mod demo;
+pub mod json;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use futures::stream::{FuturesOrdered, StreamExt};
+use serde_json::{Value as Json, json};
+
+use crate::api::{GetRange, GetRow, RowWrite};
+use crate::error::{Error, Result};
+use crate::row::ReadOptions;
+use crate::schema::{OptionsUpdate, TableOptions, TableSchema};
+use crate::types::PkType;
+use crate::{Database, Table};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cellar",
+    version,
+    about = "Cellar: a wide-column table engine (Tablestore data model)"
+)]
+pub struct Cli {
+    /// Data directory [default: $CELLAR_DATA, else ./cellar-data]
+    #[arg(long, global = true)]
+    pub data: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Default)]
+pub struct OptionArgs {
+    /// Time to live in seconds (-1: never expire)
+    #[arg(long, allow_negative_numbers = true)]
+    ttl: Option<i64>,
+    /// Versions kept per cell (>= 1)
+    #[arg(long)]
+    max_versions: Option<u32>,
+    /// How far a written version may be from now, in seconds (> 0)
+    #[arg(long, allow_negative_numbers = true)]
+    max_version_offset: Option<i64>,
+    /// Whether UpdateRow is allowed
+    #[arg(long, value_parser = parse_bool)]
+    allow_update: Option<bool>,
+}
+
+impl OptionArgs {
+    fn update(&self) -> OptionsUpdate {
+        OptionsUpdate {
+            ttl_secs: self.ttl,
+            max_versions: self.max_versions,
+            max_version_offset_secs: self.max_version_offset,
+            allow_update: self.allow_update,
+        }
+    }
+}
+
+fn parse_bool(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("'{s}' is not true or false")),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ReadArgs {
+    /// Columns to return, comma-separated (default: all)
+    #[arg(long, value_delimiter = ',')]
+    columns: Option<Vec<String>>,
+    /// Newest versions per cell to return (default 1)
+    #[arg(long, conflicts_with = "time_range")]
+    max_versions: Option<u32>,
+    /// Versions in [START_MS, END_MS) only
+    #[arg(long, value_name = "START_MS,END_MS", allow_hyphen_values = true)]
+    time_range: Option<String>,
+}
+
+impl ReadArgs {
+    fn options(&self) -> Result<ReadOptions> {
+        let time_range = match &self.time_range {
+            None => None,
+            Some(s) => {
+                let parts: Vec<_> = s.split(',').map(|p| p.trim().parse::<i64>()).collect();
+                match parts.as_slice() {
+                    [Ok(a), Ok(b)] => Some((*a, *b)),
+                    _ => {
+                        return Err(Error::param(format!(
+                            "--time-range '{s}' must be START_MS,END_MS (two integers, milliseconds)"
+                        )));
+                    }
+                }
+            }
+        };
+        Ok(ReadOptions {
+            columns_to_get: self.columns.clone(),
+            max_versions: self.max_versions,
+            time_range,
+            ..Default::default()
+        })
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a table
+    Create {
+        table: String,
+        /// Primary key: NAME:TYPE[,NAME:TYPE...], TYPE integer | string | binary
+        #[arg(long)]
+        pk: String,
+        #[command(flatten)]
+        options: OptionArgs,
+    },
+    /// Change table options
+    Alter {
+        table: String,
+        #[command(flatten)]
+        options: OptionArgs,
+    },
+    /// Drop a table and its data
+    Drop { table: String },
+    /// List table names, one per line, sorted
+    List,
+    /// Print a table's definition as JSON
+    Describe { table: String },
+    /// Apply NDJSON operations from FILE or stdin
+    Write {
+        table: String,
+        file: Option<PathBuf>,
+    },
+    /// Print one row as JSON, or null
+    Get {
+        table: String,
+        pk: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Print rows of a key range, one JSON row per line
+    Scan {
+        table: String,
+        /// Start bound (inclusive), a JSON object of PK columns
+        #[arg(long)]
+        start: Option<String>,
+        /// End bound (exclusive), a JSON object of PK columns
+        #[arg(long)]
+        end: Option<String>,
+        /// Scan from high keys to low
+        #[arg(long)]
+        backward: bool,
+        /// Most rows to print
+        #[arg(long)]
+        limit: Option<usize>,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Full compaction now; waits until done
+    Compact { table: String },
+    /// Create the demo dataset on the data directory and read it back
+    Demo,
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            if e.kind().is_user_error() { 2 } else { 1 }
+        }
+    }
+}
+
+fn data_dir(cli: &Cli) -> PathBuf {
+    cli.data
+        .clone()
+        .or_else(|| std::env::var_os("CELLAR_DATA").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("cellar-data"))
+}
+
+fn parse_json(s: &str, what: &str) -> Result<Json> {
+    serde_json::from_str(s)
+        .map_err(|e| Error::param(format!("{what} is not valid JSON ({e}): {s}")))
+}
+
+async fn run(cli: Cli) -> Result<i32> {
+    let db = Database::open(data_dir(&cli)).await?;
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| Error::io("write to stdout", e);
+    match cli.command {
+        Command::Create { table, pk, options } => {
+            let mut schema = TableSchema::new(table);
+            for part in pk.split(',') {
+                let (name, ty) = part.split_once(':').ok_or_else(|| {
+                    Error::param(format!(
+                        "--pk entry '{part}' must be NAME:TYPE with TYPE integer, string or binary"
+                    ))
+                })?;
+                schema = schema.pk(name.trim(), ty.trim().parse::<PkType>()?);
+            }
+            let opts = options.update().apply(&TableOptions::default());
+            db.create_table(schema, opts).await?;
+        }
+        Command::Alter { table, options } => {
+            db.alter_table(&table, options.update()).await?;
+        }
+        Command::Drop { table } => db.drop_table(&table).await?,
+        Command::List => {
+            for t in db.list_tables() {
+                writeln!(out, "{t}").map_err(io)?;
+            }
+        }
+        Command::Describe { table } => {
+            let d = db.describe_table(&table)?;
+            let pk: Vec<Json> = d
+                .schema
+                .primary_key
+                .iter()
+                .map(|c| json!({"name": c.name, "type": c.pk_type.as_str()}))
+                .collect();
+            let j = json!({
+                "name": d.schema.name,
+                "primary_key": pk,
+                "ttl": d.options.ttl_secs,
+                "max_versions": d.options.max_versions,
+                "max_version_offset": d.options.max_version_offset_secs,
+                "allow_update": d.options.allow_update,
+            });
+            writeln!(out, "{j}").map_err(io)?;
+        }
+        Command::Write { table, file } => {
+            drop(out);
+            return write_ops(&db.table(&table)?, file).await;
+        }
+        Command::Get { table, pk, read } => {
+            let t = db.table(&table)?;
+            let pk = json::parse_pk(t.schema(), &parse_json(&pk, "the primary key")?)?;
+            let row = t.get_row(GetRow::new(pk).options(read.options()?)).await?;
+            let j = row.as_ref().map(json::row_json).unwrap_or(Json::Null);
+            writeln!(out, "{j}").map_err(io)?;
+        }
+        Command::Scan {
+            table,
+            start,
+            end,
+            backward,
+            limit,
+            read,
+        } => {
+            let t = db.table(&table)?;
+            let mut req = GetRange::new().options(read.options()?);
+            if let Some(s) = start {
+                req.start = Some(json::parse_bound(t.schema(), &parse_json(&s, "--start")?)?);
+            }
+            if let Some(e) = end {
+                req.end = Some(json::parse_bound(t.schema(), &parse_json(&e, "--end")?)?);
+            }
+            if backward {
+                req = req.backward();
+            }
+            if limit == Some(0) {
+                return Err(Error::param("--limit must be at least 1"));
+            }
+            let mut left = limit.unwrap_or(usize::MAX);
+            loop {
+                req.limit = Some(left.min(crate::api::MAX_RANGE_ROWS));
+                let page = t.get_range(req.clone()).await?;
+                for row in &page.rows {
+                    writeln!(out, "{}", json::row_json(row)).map_err(io)?;
+                }
+                left -= page.rows.len().min(left);
+                match page.next_start {
+                    Some(next) if left > 0 => req.start = Some(next.into()),
+                    _ => break,
+                }
+            }
+        }
+        Command::Compact { table } => db.table(&table)?.compact().await?,
+        Command::Demo => {
+            drop(out);
+            demo::run(&db).await?;
+        }
+    }
+    Ok(0)
+}
+
+/// Most operations per commit batch, and most batches in flight.
+const WRITE_BATCH: usize = 200;
+const WRITE_IN_FLIGHT: usize = 16;
+
+/// `cellar write`: reads NDJSON operations, commits them in pipelined
+/// batches (so one fsync covers many), and prints each line's result in
+/// input order once it is durable.
+async fn write_ops(table: &Table, file: Option<PathBuf>) -> Result<i32> {
+    let (tx, mut rx) =
+        tokio::sync::mpsc::channel::<std::io::Result<String>>(WRITE_BATCH * WRITE_IN_FLIGHT);
+    let reader = std::thread::spawn(move || {
+        let input: Box<dyn std::io::BufRead> = match file {
+            Some(path) => match std::fs::File::open(&path) {
+                Ok(f) => Box::new(std::io::BufReader::new(f)),
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(std::io::Error::new(
+                        e.kind(),
+                        format!("{}: {e}", path.display()),
+                    )));
+                    return;
+                }
+            },
+            None => Box::new(std::io::stdin().lock()),
+        };
+        for line in std::io::BufRead::lines(input) {
+            let stop = line.is_err();
+            if tx.blocking_send(line).is_err() || stop {
+                return;
+            }
+        }
+    });
+    let mut line_no = 0usize;
+    let mut all_ok = true;
+    let mut in_flight = FuturesOrdered::new();
+    let mut input_open = true;
+    let mut stdout = std::io::stdout();
+    while input_open || !in_flight.is_empty() {
+        tokio::select! {
+            first = rx.recv(), if input_open && in_flight.len() < WRITE_IN_FLIGHT => {
+                let Some(first) = first else { input_open = false; continue };
+                let mut lines = vec![first];
+                while lines.len() < WRITE_BATCH {
+                    match rx.try_recv() {
+                        Ok(l) => lines.push(l),
+                        Err(_) => break,
+                    }
+                }
+                let mut results: Vec<Option<Result<()>>> = Vec::with_capacity(lines.len());
+                let mut ops: Vec<RowWrite> = Vec::new();
+                let first_line = line_no + 1;
+                for l in lines {
+                    line_no += 1;
+                    match l {
+                        Err(e) => return Err(Error::io("read operations", e)),
+                        Ok(l) if l.trim().is_empty() => results.push(Some(Err(Error::param("empty line: expected a JSON operation")))),
+                        Ok(l) => match json::parse_op(table.schema(), &l) {
+                            Ok(op) => { ops.push(op); results.push(None); }
+                            Err(e) => results.push(Some(Err(e))),
+                        },
+                    }
+                }
+                let t = table.clone();
+                in_flight.push_back(async move {
+                    let committed = if ops.is_empty() { Ok(Vec::new()) } else { t.write_batch(&ops).await };
+                    (first_line, results, committed)
+                });
+            }
+            Some((first_line, results, committed)) = in_flight.next(), if !in_flight.is_empty() => {
+                let mut committed = match committed {
+                    Ok(v) => v.into_iter().map(Some).collect::<Vec<_>>().into_iter(),
+                    Err(e) => vec![Some(Err(e)); results.iter().filter(|r| r.is_none()).count()].into_iter(),
+                };
+                let mut buf = String::new();
+                for (i, r) in results.into_iter().enumerate() {
+                    let r = r.or_else(|| committed.next().flatten()).unwrap_or_else(|| Err(Error::closed()));
+                    let j = match r {
+                        Ok(()) => json!({"line": first_line + i, "ok": true}),
+                        Err(e) => {
+                            all_ok = false;
+                            json!({"line": first_line + i, "ok": false, "error": {"kind": e.kind().as_str(), "message": e.message()}})
+                        }
+                    };
+                    buf.push_str(&j.to_string());
+                    buf.push('\n');
+                }
+                stdout.write_all(buf.as_bytes()).and_then(|_| stdout.flush()).map_err(|e| Error::io("write to stdout", e))?;
+            }
+        }
+    }
+    let _ = reader.join();
+    Ok(if all_ok { 0 } else { 1 })
+}

@@ -1,0 +1,280 @@
+//! A small binary codec for WAL records and segment tombstones: varints,
+//! length-prefixed bytes, values and mutations. Decoding never panics on
+//! bad input; it returns a corruption error.
+
+use crate::error::{Error, Result};
+use crate::row::{Action, Mutation};
+use crate::types::Value;
+
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub(crate) fn put_i64(out: &mut Vec<u8>, v: i64) {
+    // zig-zag so that small negative numbers stay small
+    put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+pub(crate) fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Integer(i) => {
+            out.push(0);
+            put_i64(out, *i);
+        }
+        Value::Double(d) => {
+            out.push(1);
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        Value::String(s) => {
+            out.push(2);
+            put_bytes(out, s.as_bytes());
+        }
+        Value::Boolean(b) => {
+            out.push(3);
+            out.push(*b as u8);
+        }
+        Value::Binary(b) => {
+            out.push(4);
+            put_bytes(out, b);
+        }
+    }
+}
+
+pub(crate) fn put_mutation(out: &mut Vec<u8>, m: &Mutation) {
+    match m {
+        Mutation::Put { row_ts, cells } => {
+            out.push(0);
+            match row_ts {
+                Some(ts) => {
+                    out.push(1);
+                    put_i64(out, *ts);
+                }
+                None => out.push(0),
+            }
+            put_varint(out, cells.len() as u64);
+            for (name, version, value) in cells {
+                put_bytes(out, name.as_bytes());
+                put_i64(out, *version);
+                put_value(out, value);
+            }
+        }
+        Mutation::Update { actions } => {
+            out.push(1);
+            put_varint(out, actions.len() as u64);
+            for a in actions {
+                match a {
+                    Action::Put {
+                        column,
+                        version,
+                        value,
+                    } => {
+                        out.push(0);
+                        put_bytes(out, column.as_bytes());
+                        put_i64(out, *version);
+                        put_value(out, value);
+                    }
+                    Action::DeleteVersion { column, version } => {
+                        out.push(1);
+                        put_bytes(out, column.as_bytes());
+                        put_i64(out, *version);
+                    }
+                    Action::DeleteAll { column } => {
+                        out.push(2);
+                        put_bytes(out, column.as_bytes());
+                    }
+                }
+            }
+        }
+        Mutation::Delete => out.push(2),
+    }
+}
+
+/// A cursor over encoded bytes.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Reader { buf, what }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    fn bad(&self, detail: &str) -> Error {
+        Error::corruption(format!("{}: {detail}", self.what))
+    }
+
+    pub fn u8(&mut self) -> Result<u8> {
+        let (&b, rest) = self
+            .buf
+            .split_first()
+            .ok_or_else(|| self.bad("truncated"))?;
+        self.buf = rest;
+        Ok(b)
+    }
+
+    pub fn varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7F) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err(self.bad("varint too long"))
+    }
+
+    pub fn i64(&mut self) -> Result<i64> {
+        let v = self.varint()?;
+        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+
+    pub fn len(&mut self) -> Result<usize> {
+        let n = self.varint()?;
+        if n > self.buf.len() as u64 {
+            return Err(self.bad("length past the end"));
+        }
+        Ok(n as usize)
+    }
+
+    pub fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.len()?;
+        let (b, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(b)
+    }
+
+    pub fn string(&mut self) -> Result<String> {
+        let b = self.bytes()?;
+        String::from_utf8(b.to_vec()).map_err(|_| self.bad("string is not UTF-8"))
+    }
+
+    pub fn value(&mut self) -> Result<Value> {
+        Ok(match self.u8()? {
+            0 => Value::Integer(self.i64()?),
+            1 => {
+                if self.buf.len() < 8 {
+                    return Err(self.bad("truncated double"));
+                }
+                let (b, rest) = self.buf.split_at(8);
+                self.buf = rest;
+                Value::Double(f64::from_le_bytes(
+                    b.try_into().map_err(|_| self.bad("double"))?,
+                ))
+            }
+            2 => Value::String(self.string()?),
+            3 => Value::Boolean(self.u8()? != 0),
+            4 => Value::Binary(self.bytes()?.to_vec()),
+            t => return Err(self.bad(&format!("unknown value tag {t}"))),
+        })
+    }
+
+    pub fn mutation(&mut self) -> Result<Mutation> {
+        Ok(match self.u8()? {
+            0 => {
+                let row_ts = match self.u8()? {
+                    0 => None,
+                    _ => Some(self.i64()?),
+                };
+                let n = self.varint()?;
+                let mut cells = Vec::with_capacity(n.min(1024) as usize);
+                for _ in 0..n {
+                    let name = self.string()?;
+                    let version = self.i64()?;
+                    cells.push((name, version, self.value()?));
+                }
+                Mutation::Put { row_ts, cells }
+            }
+            1 => {
+                let n = self.varint()?;
+                let mut actions = Vec::with_capacity(n.min(1024) as usize);
+                for _ in 0..n {
+                    actions.push(match self.u8()? {
+                        0 => {
+                            let column = self.string()?;
+                            let version = self.i64()?;
+                            Action::Put {
+                                column,
+                                version,
+                                value: self.value()?,
+                            }
+                        }
+                        1 => Action::DeleteVersion {
+                            column: self.string()?,
+                            version: self.i64()?,
+                        },
+                        2 => Action::DeleteAll {
+                            column: self.string()?,
+                        },
+                        t => return Err(self.bad(&format!("unknown action tag {t}"))),
+                    });
+                }
+                Mutation::Update { actions }
+            }
+            2 => Mutation::Delete,
+            t => return Err(self.bad(&format!("unknown mutation tag {t}"))),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mutations_round_trip() {
+        let muts = vec![
+            Mutation::Put {
+                row_ts: Some(-5),
+                cells: vec![
+                    ("a".into(), 17, Value::Double(1.5)),
+                    ("b".into(), i64::MAX, Value::Binary(vec![0, 1])),
+                ],
+            },
+            Mutation::Update {
+                actions: vec![
+                    Action::Put {
+                        column: "x".into(),
+                        version: i64::MIN,
+                        value: Value::Boolean(true),
+                    },
+                    Action::DeleteVersion {
+                        column: "y".into(),
+                        version: 3,
+                    },
+                    Action::DeleteAll { column: "z".into() },
+                ],
+            },
+            Mutation::Delete,
+        ];
+        let mut buf = Vec::new();
+        for m in &muts {
+            put_mutation(&mut buf, m);
+        }
+        let mut r = Reader::new(&buf, "test");
+        for m in &muts {
+            assert_eq!(&r.mutation().unwrap(), m);
+        }
+        assert!(r.is_empty());
+        // every truncation is an error, never a panic
+        for cut in 0..buf.len() {
+            let mut r = Reader::new(&buf[..cut], "test");
+            let ok = (0..3).all(|_| r.mutation().is_ok());
+            assert!(!ok, "cut at {cut}");
+        }
+    }
+}

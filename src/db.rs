@@ -1,0 +1,569 @@
+//! The database: a data directory holding tables.
+//!
+//! Layout under the root:
+//! ```text
+//! LOCK                                 OS file lock held while open
+//! wal/NNNNNNNNNNNNNNNNNNNN.log         the write-ahead log (all tables)
+//! catalog/NNNNNNNNNNNNNNNNNNNN.json    table names, ids, schemas, options
+//! tables/<id>/manifest/NNNN....json    per table: segments, flushed_seq
+//! tables/<id>/segments/NNNN....parquet per table: segment files
+//! ```
+//! Everything but the WAL and the lock goes through `object_store`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::api::{GetRow, RowWrite};
+use crate::engine::commit::{self, CommitHost, CommitMsg, PendingWrite};
+use crate::engine::flush::{self, FlushEnv};
+use crate::engine::table::TableInner;
+use crate::engine::validate;
+use crate::error::{Error, ErrorKind, Result};
+use crate::manifest::{ManifestLog, TableManifest};
+use crate::options::DbOptions;
+use crate::schema::{
+    MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, OptionsUpdate, TableOptions, TableSchema,
+};
+use crate::segment::{Segment, SegmentWriteOptions};
+use crate::table::Table;
+use crate::types::Row;
+use crate::wal::{self, WalWriter};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct CatalogFile {
+    next_table_id: u64,
+    tables: Vec<CatalogEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CatalogEntry {
+    id: u64,
+    schema: TableSchema,
+    options: TableOptions,
+}
+
+/// A table's definition as `describe` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableDescription {
+    pub schema: TableSchema,
+    pub options: TableOptions,
+}
+
+/// State shared by the database handle, the committer and flush tasks.
+pub(crate) struct Shared {
+    pub options: DbOptions,
+    pub flush_env: FlushEnv,
+    pub tables: RwLock<BTreeMap<String, Arc<TableInner>>>,
+    pub visible_seq: AtomicU64,
+    pub stall_micros: AtomicU64,
+    pub runtime: tokio::runtime::Handle,
+    /// Lets flush tasks reach the committer without keeping it alive.
+    commit_tx: OnceLock<mpsc::WeakSender<CommitMsg>>,
+    me: Weak<Shared>,
+}
+
+impl CommitHost for Shared {
+    fn visible_seq(&self) -> &AtomicU64 {
+        &self.visible_seq
+    }
+
+    fn live_tables(&self) -> Vec<Arc<TableInner>> {
+        self.tables.read().values().cloned().collect()
+    }
+
+    fn schedule_flush(&self, table: Arc<TableInner>) {
+        let shared = self.weak_self();
+        self.runtime.spawn(async move {
+            if let Some(shared) = shared.and_then(|w| w.upgrade()) {
+                shared.flush_now(&table).await;
+            }
+        });
+    }
+
+    fn memtable_bytes(&self) -> usize {
+        self.options.memtable_bytes
+    }
+
+    fn write_buffer_bytes(&self) -> usize {
+        self.options.write_buffer_bytes
+    }
+
+    fn stall_micros(&self) -> &AtomicU64 {
+        &self.stall_micros
+    }
+}
+
+impl Shared {
+    fn weak_self(&self) -> Option<Weak<Shared>> {
+        Some(self.me.clone())
+    }
+
+    /// Flushes the table's frozen memtables, recording (not returning) a
+    /// failure: the memtable stays and the WAL keeps its writes.
+    pub(crate) async fn flush_now(&self, table: &Arc<TableInner>) {
+        match flush::flush_frozen(&self.flush_env, table).await {
+            Ok(()) => *table.last_flush_error.lock() = None,
+            Err(e) => {
+                eprintln!("cellar: flush of table '{}' failed: {e}", table.schema.name);
+                *table.last_flush_error.lock() = Some(e.to_string());
+            }
+        }
+        if let Some(tx) = self.commit_tx.get().and_then(|w| w.upgrade()) {
+            let _ = tx.send(CommitMsg::FlushDone).await;
+        }
+    }
+}
+
+/// The handle behind every clone of [`Database`]; dropping the last one
+/// stops the committer (which syncs the WAL) and releases the lock.
+pub(crate) struct DbInner {
+    pub shared: Arc<Shared>,
+    pub commit_tx: mpsc::Sender<CommitMsg>,
+    root: PathBuf,
+    store: Arc<dyn ObjectStore>,
+    catalog_log: ManifestLog,
+    /// The committed catalog and its version; the lock serialises DDL.
+    catalog: tokio::sync::Mutex<(u64, CatalogFile)>,
+    committer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    _lock: File,
+}
+
+impl Drop for DbInner {
+    fn drop(&mut self) {
+        // Close the channel; the committer drains it, syncs and exits.
+        let (tx, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.commit_tx, tx));
+        if let Some(h) = self.committer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// An open database. Cheap to clone; all clones share one writer.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use cellar::{Database, TableSchema, TableOptions, PkType, PrimaryKey, PutRow, GetRow};
+/// let dir = tempfile::tempdir().unwrap();
+/// let db = Database::open(dir.path()).await.unwrap();
+/// db.create_table(
+///     TableSchema::new("orders").pk("card", PkType::Integer).pk("order_no", PkType::String),
+///     TableOptions::default(),
+/// ).await.unwrap();
+/// let orders = db.table("orders").unwrap();
+/// let pk = PrimaryKey::new().with("card", 1).with("order_no", "a-1");
+/// orders.put_row(PutRow::new(pk.clone()).column("amount", 12.5)).await.unwrap();
+/// let row = orders.get_row(GetRow::new(pk)).await.unwrap().unwrap();
+/// assert_eq!(row.latest("amount"), Some(&cellar::Value::Double(12.5)));
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<DbInner>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("root", &self.inner.root)
+            .finish()
+    }
+}
+
+impl Database {
+    /// Opens (creating if needed) the database in `path` with default options.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Database> {
+        Self::open_with(path, DbOptions::default()).await
+    }
+
+    /// Opens the database in `path`: takes the directory lock, loads the
+    /// catalog and manifests, and replays the WAL.
+    pub async fn open_with(path: impl AsRef<Path>, options: DbOptions) -> Result<Database> {
+        let root = path.as_ref().to_path_buf();
+        std::fs::create_dir_all(root.join("wal"))
+            .map_err(|e| Error::io(format!("create data directory {}", root.display()), e))?;
+        let lock = lock_dir(&root)?;
+        let store: Arc<dyn ObjectStore> = Arc::new(
+            LocalFileSystem::new_with_prefix(&root)
+                .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
+        );
+        let catalog_log = ManifestLog::new("catalog");
+        let (catalog_version, catalog) = catalog_log
+            .load::<CatalogFile>(&*store)
+            .await?
+            .unwrap_or_default();
+
+        let mut tables = BTreeMap::new();
+        // table id -> (table, flushed_seq)
+        let mut by_id = BTreeMap::new();
+        let mut max_seq = 0;
+        for entry in &catalog.tables {
+            let log = ManifestLog::new(&format!("tables/{}/manifest", entry.id));
+            let (mv, manifest) = log
+                .load::<TableManifest>(&*store)
+                .await?
+                .unwrap_or_default();
+            max_seq = max_seq.max(manifest.flushed_seq);
+            let manifest_flushed = manifest.flushed_seq;
+            let segments = manifest
+                .segments
+                .iter()
+                .map(|m| Arc::new(Segment::new(m.clone(), store.clone())))
+                .collect();
+            let t = Arc::new(TableInner::new(
+                entry.id,
+                entry.schema.clone(),
+                entry.options,
+                mv,
+                manifest,
+                segments,
+            ));
+            by_id.insert(entry.id, (t.clone(), manifest_flushed));
+            tables.insert(entry.schema.name.clone(), t);
+        }
+
+        let wal_dir = root.join("wal");
+        let replayed = tokio::task::spawn_blocking({
+            let d = wal_dir.clone();
+            move || wal::replay(&d)
+        })
+        .await
+        .map_err(|e| Error::io("WAL replay task", e))??;
+        if replayed.torn_bytes > 0 {
+            eprintln!(
+                "cellar: dropped a torn {}-byte tail of the WAL (a write cut short by a crash; never acknowledged)",
+                replayed.torn_bytes
+            );
+        }
+        for e in replayed.entries {
+            max_seq = max_seq.max(e.seq);
+            if let Some((t, flushed)) = by_id.get(&e.table_id)
+                && e.seq > *flushed
+            {
+                t.state.read().active.insert(&e.key, e.seq, e.mutation);
+            }
+        }
+        let wal = WalWriter::create(
+            &wal_dir,
+            replayed.files,
+            options.durability,
+            options.wal_file_bytes,
+        )?;
+
+        let flush_env = FlushEnv {
+            store: store.clone(),
+            local_root: Some(root.clone()),
+            segment_options: SegmentWriteOptions {
+                row_group_rows: options.row_group_rows,
+                page_rows: options.page_rows,
+            },
+        };
+        let durability = options.durability;
+        let shared = Arc::new_cyclic(|me| Shared {
+            options,
+            flush_env,
+            tables: RwLock::new(tables),
+            visible_seq: AtomicU64::new(max_seq),
+            stall_micros: AtomicU64::new(0),
+            runtime: tokio::runtime::Handle::current(),
+            commit_tx: OnceLock::new(),
+            me: me.clone(),
+        });
+        let (tx, rx) = mpsc::channel(4096);
+        let _ = shared.commit_tx.set(tx.downgrade());
+        let host: Arc<dyn CommitHost> = shared.clone();
+        let committer = std::thread::Builder::new()
+            .name("cellar-commit".into())
+            .spawn(move || commit::run(host, wal, max_seq + 1, rx))
+            .map_err(|e| Error::io("start the committer thread", e))?;
+        if let wal::Durability::IntervalMs(ms) = durability {
+            let weak = tx.downgrade();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_millis(ms.max(1)));
+                loop {
+                    tick.tick().await;
+                    let Some(tx) = weak.upgrade() else { break };
+                    if tx.send(CommitMsg::Sync).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(Database {
+            inner: Arc::new(DbInner {
+                shared,
+                commit_tx: tx,
+                root,
+                store,
+                catalog_log,
+                catalog: tokio::sync::Mutex::new((catalog_version, catalog)),
+                committer: parking_lot::Mutex::new(Some(committer)),
+                _lock: lock,
+            }),
+        })
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// Creates a table. Fails with ObjectAlreadyExist if the name is taken.
+    pub async fn create_table(&self, schema: TableSchema, options: TableOptions) -> Result<()> {
+        schema.validate()?;
+        options.validate()?;
+        let mut cat = self.inner.catalog.lock().await;
+        if self.inner.shared.tables.read().contains_key(&schema.name) {
+            return Err(Error::new(
+                ErrorKind::ObjectAlreadyExist,
+                format!("table '{}' already exists", schema.name),
+            ));
+        }
+        let mut next = cat.1.clone();
+        let id = next.next_table_id.max(1);
+        next.next_table_id = id + 1;
+        next.tables.push(CatalogEntry {
+            id,
+            schema: schema.clone(),
+            options,
+        });
+        self.commit_catalog(&mut cat, next).await?;
+        let t = Arc::new(TableInner::new(
+            id,
+            schema.clone(),
+            options,
+            0,
+            TableManifest::default(),
+            Vec::new(),
+        ));
+        self.inner.shared.tables.write().insert(schema.name, t);
+        Ok(())
+    }
+
+    /// Changes some options of a table.
+    pub async fn alter_table(&self, name: &str, update: OptionsUpdate) -> Result<TableOptions> {
+        let mut cat = self.inner.catalog.lock().await;
+        let t = self.table_inner(name)?;
+        let new = update.apply(&t.options.read());
+        new.validate()?;
+        let mut next = cat.1.clone();
+        for e in &mut next.tables {
+            if e.id == t.id {
+                e.options = new;
+            }
+        }
+        self.commit_catalog(&mut cat, next).await?;
+        *t.options.write() = new;
+        Ok(new)
+    }
+
+    /// Drops a table and deletes its files.
+    pub async fn drop_table(&self, name: &str) -> Result<()> {
+        let mut cat = self.inner.catalog.lock().await;
+        let t = self.table_inner(name)?;
+        let mut next = cat.1.clone();
+        next.tables.retain(|e| e.id != t.id);
+        self.commit_catalog(&mut cat, next).await?;
+        t.dropped.store(true, Ordering::Release);
+        self.inner.shared.tables.write().remove(name);
+        // Wait for a running flush of the table, then delete its objects.
+        let _m = t.manifest.lock().await;
+        let prefix = object_store::path::Path::from(format!("tables/{}", t.id));
+        let objects: Vec<_> = self.inner.store.list(Some(&prefix)).try_collect().await?;
+        for o in objects {
+            match self.inner.store.delete(&o.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Table names, sorted.
+    pub fn list_tables(&self) -> Vec<String> {
+        self.inner.shared.tables.read().keys().cloned().collect()
+    }
+
+    /// A table's schema and options.
+    pub fn describe_table(&self, name: &str) -> Result<TableDescription> {
+        let t = self.table_inner(name)?;
+        Ok(TableDescription {
+            schema: t.schema.clone(),
+            options: *t.options.read(),
+        })
+    }
+
+    /// A handle for the row API of one table.
+    pub fn table(&self, name: &str) -> Result<Table> {
+        Ok(Table::new(self.inner.clone(), self.table_inner(name)?))
+    }
+
+    fn table_inner(&self, name: &str) -> Result<Arc<TableInner>> {
+        self.inner.table_inner(name)
+    }
+
+    async fn commit_catalog(&self, cat: &mut (u64, CatalogFile), next: CatalogFile) -> Result<()> {
+        let version = cat.0 + 1;
+        self.inner
+            .catalog_log
+            .commit(&*self.inner.store, version, &next)
+            .await?;
+        flush::sync_object(
+            &self.inner.shared.flush_env,
+            self.inner.catalog_log.path(version).as_ref(),
+        )
+        .await?;
+        *cat = (version, next);
+        Ok(())
+    }
+
+    /// BatchWriteRow: up to 200 row writes across tables, committed together
+    /// when valid. Each row gets its own result.
+    pub async fn batch_write(&self, writes: Vec<(String, RowWrite)>) -> Result<Vec<Result<()>>> {
+        if writes.len() > MAX_BATCH_WRITE_ROWS {
+            return Err(Error::param(format!(
+                "BatchWriteRow got {} rows; at most {MAX_BATCH_WRITE_ROWS} are accepted",
+                writes.len()
+            )));
+        }
+        self.inner
+            .write_many(writes.iter().map(|(t, w)| (t.as_str(), w)))
+            .await
+    }
+
+    /// BatchGetRow: up to 100 rows across tables, each with its own result.
+    pub async fn batch_get(&self, gets: Vec<(String, GetRow)>) -> Result<Vec<Result<Option<Row>>>> {
+        if gets.len() > MAX_BATCH_GET_ROWS {
+            return Err(Error::param(format!(
+                "BatchGetRow got {} rows; at most {MAX_BATCH_GET_ROWS} are accepted",
+                gets.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(gets.len());
+        for (table, get) in gets {
+            out.push(match self.table(&table) {
+                Ok(t) => t.get_row(get).await,
+                Err(e) => Err(e),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Writer stall time so far, in microseconds.
+    pub fn stall_micros(&self) -> u64 {
+        self.inner.shared.stall_micros.load(Ordering::Relaxed)
+    }
+}
+
+impl DbInner {
+    pub(crate) fn table_inner(&self, name: &str) -> Result<Arc<TableInner>> {
+        self.shared.tables.read().get(name).cloned().ok_or_else(|| {
+            Error::new(
+                ErrorKind::ObjectNotExist,
+                format!("table '{name}' does not exist"),
+            )
+        })
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.shared.options.clock.now_ms()
+    }
+
+    /// Validates each write, commits the valid ones as one group, and
+    /// returns a result per write in order.
+    pub(crate) async fn write_many<'a>(
+        &self,
+        writes: impl IntoIterator<Item = (&'a str, &'a RowWrite)>,
+    ) -> Result<Vec<Result<()>>> {
+        let now = self.now_ms();
+        let mut results = Vec::new();
+        let mut pending = Vec::new();
+        for (table, w) in writes {
+            let r = self.table_inner(table).and_then(|t| {
+                let opts = *t.options.read();
+                let (key, mutation) = validate::to_mutation(&t.schema, &opts, now, w)?;
+                pending.push(PendingWrite {
+                    table: t,
+                    key,
+                    mutation,
+                });
+                Ok(())
+            });
+            results.push(r);
+        }
+        if !pending.is_empty() {
+            let committed = self.submit(pending).await;
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                if let Err(e) = &committed {
+                    *r = Err(e.clone());
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    pub(crate) async fn submit(&self, writes: Vec<PendingWrite>) -> Result<u64> {
+        let (done, rx) = oneshot::channel();
+        self.commit_tx
+            .send(CommitMsg::Write { writes, done })
+            .await
+            .map_err(|_| Error::closed())?;
+        rx.await.map_err(|_| Error::closed())?
+    }
+
+    /// Freezes the active memtable and waits until every frozen one is a
+    /// segment.
+    pub(crate) async fn flush_table(&self, t: &Arc<TableInner>) -> Result<()> {
+        let (done, rx) = oneshot::channel();
+        self.commit_tx
+            .send(CommitMsg::Freeze {
+                table: t.clone(),
+                done,
+            })
+            .await
+            .map_err(|_| Error::closed())?;
+        rx.await.map_err(|_| Error::closed())??;
+        flush::flush_frozen(&self.shared.flush_env, t).await?;
+        if let Some(tx) = self.shared.commit_tx.get().and_then(|w| w.upgrade()) {
+            let _ = tx.send(CommitMsg::FlushDone).await;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+fn lock_dir(root: &Path) -> Result<File> {
+    let path = root.join("LOCK");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("open lock file {}", path.display()), e))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::new(
+            ErrorKind::DatabaseLocked,
+            format!(
+                "the data directory {} is in use by another Cellar process; stop it or use another --data directory",
+                root.display()
+            ),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(Error::io(format!("lock {}", path.display()), e))
+        }
+    }
+}

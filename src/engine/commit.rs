@@ -1,0 +1,227 @@
+//! The committer: one thread that orders, logs and applies every write.
+//!
+//! Writers send validated mutations over a channel. The committer drains
+//! everything pending (a group), gives each write the next sequence number,
+//! appends the group to the WAL as one record, syncs once (per the
+//! durability setting), applies the group to the memtables, publishes the
+//! new visible sequence, and only then acknowledges every writer of the
+//! group. One fsync thus serves many writers (group commit).
+//!
+//! It also freezes memtables (only the committer inserts into them, so a
+//! freeze can never lose a write racing with it), rotates the WAL, deletes
+//! WAL files whose writes are all flushed, and stalls when unflushed data
+//! passes the write-buffer budget.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::table::TableInner;
+use crate::error::{Error, Result};
+use crate::row::Mutation;
+use crate::wal::{self, WalWriter};
+
+/// One row write ready to be committed.
+pub(crate) struct PendingWrite {
+    pub table: Arc<TableInner>,
+    pub key: Vec<u8>,
+    pub mutation: Mutation,
+}
+
+pub(crate) enum CommitMsg {
+    /// Writes committed together (one WAL record): all or none survive.
+    Write {
+        writes: Vec<PendingWrite>,
+        done: oneshot::Sender<Result<u64>>,
+    },
+    /// Freeze the table's active memtable (for an explicit flush).
+    Freeze {
+        table: Arc<TableInner>,
+        done: oneshot::Sender<Result<()>>,
+    },
+    /// Fsync now (interval durability timer), then drop obsolete WAL files.
+    Sync,
+    /// A flush finished: obsolete WAL files can go.
+    FlushDone,
+}
+
+/// What the committer needs from the database.
+pub(crate) trait CommitHost: Send + Sync + 'static {
+    fn visible_seq(&self) -> &AtomicU64;
+    /// Tables whose unflushed writes pin the WAL.
+    fn live_tables(&self) -> Vec<Arc<TableInner>>;
+    /// Starts a background flush of the table's frozen memtables.
+    fn schedule_flush(&self, table: Arc<TableInner>);
+    fn memtable_bytes(&self) -> usize;
+    fn write_buffer_bytes(&self) -> usize;
+    /// Counts time writers spent stalled, in microseconds.
+    fn stall_micros(&self) -> &AtomicU64;
+}
+
+/// Most bytes of WAL payload in one group.
+const MAX_GROUP_BYTES: usize = 8 << 20;
+
+pub(crate) fn run(
+    host: Arc<dyn CommitHost>,
+    mut wal: WalWriter,
+    mut next_seq: u64,
+    mut rx: mpsc::Receiver<CommitMsg>,
+) {
+    let mut payload = Vec::with_capacity(1 << 20);
+    let mut failed: Option<Error> = None;
+    while let Some(first) = rx.blocking_recv() {
+        let mut group = Vec::new();
+        let mut acks = Vec::new();
+        let mut others = Vec::new();
+        let mut bytes = 0usize;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                CommitMsg::Write { writes, done } => {
+                    bytes += writes
+                        .iter()
+                        .map(|w| w.key.len() + w.mutation.approx_bytes())
+                        .sum::<usize>();
+                    let n = writes.len();
+                    group.extend(writes);
+                    acks.push((done, n));
+                }
+                other => others.push(other),
+            }
+            if bytes < MAX_GROUP_BYTES {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !group.is_empty() {
+            let result = match &failed {
+                Some(e) => Err(e.clone()),
+                None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, &group),
+            };
+            if let Err(e) = &result {
+                // The WAL may now hold a partial record; refuse further
+                // writes rather than risk acknowledging something a
+                // restart would drop. Reopening recovers.
+                failed.get_or_insert_with(|| e.clone());
+            }
+            let mut seq_end = match &result {
+                Ok(first_seq) => *first_seq,
+                Err(_) => 0,
+            };
+            for (done, n) in acks {
+                seq_end += n as u64;
+                let _ = done.send(result.clone().map(|_| seq_end - 1));
+            }
+            maybe_freeze(&*host, &mut wal, &group);
+            stall_if_over_budget(&*host);
+        }
+        for msg in others {
+            match msg {
+                CommitMsg::Freeze { table, done } => {
+                    freeze(&*host, &mut wal, &table);
+                    let _ = done.send(Ok(()));
+                }
+                CommitMsg::Sync => {
+                    let _ = wal.sync();
+                    gc_wal(&*host, &mut wal);
+                }
+                CommitMsg::FlushDone => gc_wal(&*host, &mut wal),
+                CommitMsg::Write { .. } => {}
+            }
+        }
+    }
+    let _ = wal.sync();
+}
+
+/// Logs and applies one group; returns the first sequence it used.
+fn commit_group(
+    host: &dyn CommitHost,
+    wal: &mut WalWriter,
+    next_seq: &mut u64,
+    payload: &mut Vec<u8>,
+    group: &[PendingWrite],
+) -> Result<u64> {
+    let first = *next_seq;
+    payload.clear();
+    for (i, w) in group.iter().enumerate() {
+        wal::encode_entry(payload, first + i as u64, w.table.id, &w.key, &w.mutation);
+    }
+    let last = first + group.len() as u64 - 1;
+    wal.append(payload, last)?;
+    *next_seq = last + 1;
+    for (i, w) in group.iter().enumerate() {
+        let active = w.table.state.read().active.clone();
+        active.insert(&w.key, first + i as u64, w.mutation.clone());
+    }
+    host.visible_seq().store(last, Ordering::Release);
+    Ok(first)
+}
+
+fn maybe_freeze(host: &dyn CommitHost, wal: &mut WalWriter, group: &[PendingWrite]) {
+    let limit = host.memtable_bytes();
+    let mut seen: Vec<u64> = Vec::new();
+    for w in group {
+        if seen.contains(&w.table.id) {
+            continue;
+        }
+        seen.push(w.table.id);
+        let full = w.table.state.read().active.approx_bytes() >= limit;
+        if full {
+            freeze(host, wal, &w.table);
+        }
+    }
+}
+
+fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>) {
+    {
+        let mut st = table.state.write();
+        if !st.active.is_empty() {
+            let frozen =
+                std::mem::replace(&mut st.active, Arc::new(crate::memtable::Memtable::new()));
+            st.immutables.push(frozen);
+        }
+    }
+    // Start a new WAL file so that this memtable's file can go once flushed.
+    if wal.current_size() > 0 {
+        let _ = wal.rotate();
+    }
+    host.schedule_flush(table.clone());
+}
+
+fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
+    let min = host
+        .live_tables()
+        .iter()
+        .filter_map(|t| t.min_unflushed_seq())
+        .min()
+        .unwrap_or(u64::MAX);
+    if let Err(e) = wal.delete_obsolete(min) {
+        eprintln!("cellar: {e}");
+    }
+}
+
+/// Holds the committer back while unflushed data exceeds the write buffer
+/// budget, so memory stays bounded; gives up waiting after a while so that
+/// a stuck flush slows writers down instead of stopping them for good.
+fn stall_if_over_budget(host: &dyn CommitHost) {
+    let budget = host.write_buffer_bytes();
+    let start = Instant::now();
+    while host
+        .live_tables()
+        .iter()
+        .map(|t| t.unflushed_bytes())
+        .sum::<usize>()
+        > budget
+    {
+        if start.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let waited = start.elapsed();
+    if waited > Duration::from_micros(100) {
+        host.stall_micros()
+            .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+    }
+}

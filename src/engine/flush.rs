@@ -1,0 +1,109 @@
+//! Flush: a frozen memtable becomes a segment, then a manifest version.
+//!
+//! Order matters for crash safety: (1) the segment file is written and
+//! made durable, (2) a manifest version naming it with the new
+//! `flushed_seq` is committed, (3) the memtable is swapped for the segment
+//! in memory, (4) the committer is told so WAL files can be deleted. A crash
+//! before (2) leaves an unreferenced file (ignored) and the WAL replays the
+//! writes; after (2), replay skips them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use super::table::TableInner;
+use crate::error::{Error, Result};
+use crate::segment::{Segment, SegmentWriteOptions, write_segment};
+
+/// Where segment files are written and how.
+pub(crate) struct FlushEnv {
+    pub store: Arc<dyn ObjectStore>,
+    /// The local directory behind `store`, to fsync new files.
+    pub local_root: Option<PathBuf>,
+    pub segment_options: SegmentWriteOptions,
+}
+
+/// Flushes every frozen memtable of `table`, oldest first.
+pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Result<()> {
+    // The manifest lock also serialises flushes of one table.
+    let mut manifest = table.manifest.lock().await;
+    loop {
+        let Some(mem) = table.state.read().immutables.first().cloned() else {
+            return Ok(());
+        };
+        if table.dropped.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut next = manifest.1.clone();
+        let mut new_segment = None;
+        if !mem.is_empty() {
+            let schema = table.schema.clone();
+            let seq_range = (mem.min_seq().unwrap_or(0), mem.max_seq());
+            let opts = env.segment_options;
+            let mem2 = mem.clone();
+            let (bytes, mut meta) = tokio::task::spawn_blocking(move || {
+                let states = mem2.fold_all();
+                write_segment(&schema, &states, seq_range, opts)
+            })
+            .await
+            .map_err(|e| Error::io("flush task", e))??;
+            meta.id = next.next_segment_id;
+            meta.path = format!("tables/{}/segments/{:020}.parquet", table.id, meta.id);
+            next.next_segment_id += 1;
+            let size = bytes.len() as u64;
+            put_durable(env, &meta.path, bytes).await?;
+            table.stats.flush_bytes.fetch_add(size, Ordering::Relaxed);
+            next.flushed_seq = next.flushed_seq.max(mem.max_seq());
+            next.segments.push(meta.clone());
+            new_segment = Some(Arc::new(Segment::new(meta, env.store.clone())));
+        }
+        let version = manifest.0 + 1;
+        table
+            .manifest_log
+            .commit(&*env.store, version, &next)
+            .await?;
+        sync_object(env, table.manifest_log.path(version).as_ref()).await?;
+        *manifest = (version, next);
+        {
+            let mut st = table.state.write();
+            st.immutables.retain(|m| !Arc::ptr_eq(m, &mem));
+            if let Some(seg) = new_segment {
+                let mut segs = (*st.segments).clone();
+                segs.push(seg);
+                st.segments = Arc::new(segs);
+            }
+        }
+        table.stats.flushes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Writes an object and, on a local disk, fsyncs it and its directory.
+pub(crate) async fn put_durable(env: &FlushEnv, path: &str, bytes: Vec<u8>) -> Result<()> {
+    env.store
+        .put(&Path::from(path), PutPayload::from(bytes))
+        .await?;
+    sync_object(env, path).await
+}
+
+/// On a local disk, fsyncs an object's file and its directory so that it
+/// survives a power loss (the object store itself does not).
+pub(crate) async fn sync_object(env: &FlushEnv, path: &str) -> Result<()> {
+    if let Some(root) = &env.local_root {
+        let file = root.join(path);
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            std::fs::File::open(&file)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::io(format!("fsync {}", file.display()), e))?;
+            if let Some(dir) = file.parent() {
+                crate::wal::sync_dir(dir)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| Error::io("fsync task", e))??;
+    }
+    Ok(())
+}

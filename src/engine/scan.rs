@@ -1,0 +1,154 @@
+//! Range scans: a k-way merge of memtables and segments by key.
+//!
+//! Each source yields `(key, state)` in scan order, a chunk at a time. For
+//! each next key the states of every source that has it are laid over each
+//! other, oldest source first, then visibility decides what is returned.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::table::Snapshot;
+use crate::error::Result;
+use crate::key::KeyRange;
+use crate::memtable::Memtable;
+use crate::row::RowState;
+use crate::segment::SegmentCursor;
+
+const MEM_CHUNK_KEYS: usize = 512;
+
+enum Feed {
+    Mem {
+        mem: Arc<Memtable>,
+        resume: Option<Vec<u8>>,
+    },
+    Seg(SegmentCursor),
+}
+
+struct Source {
+    /// Larger = newer.
+    age: usize,
+    buf: VecDeque<(Vec<u8>, RowState)>,
+    feed: Feed,
+    done: bool,
+}
+
+/// Streams merged key states of a snapshot over a key range.
+pub(crate) struct MergeScan {
+    sources: Vec<Source>,
+    backward: bool,
+    snapshot_seq: u64,
+    range: KeyRange,
+}
+
+impl MergeScan {
+    pub fn new(
+        snap: &Snapshot,
+        range: KeyRange,
+        backward: bool,
+        columns: Option<&[String]>,
+    ) -> Self {
+        let mut sources = Vec::new();
+        let mut age = 0;
+        for seg in snap.segments.iter() {
+            age += 1;
+            if range.is_empty() || !range.overlaps(&seg.min_key, &seg.max_key) {
+                continue;
+            }
+            sources.push(Source {
+                age,
+                buf: VecDeque::new(),
+                feed: Feed::Seg(SegmentCursor::new(
+                    seg.clone(),
+                    range.clone(),
+                    backward,
+                    columns,
+                )),
+                done: false,
+            });
+        }
+        for mem in &snap.memtables {
+            age += 1;
+            if mem.is_empty() || range.is_empty() {
+                continue;
+            }
+            sources.push(Source {
+                age,
+                buf: VecDeque::new(),
+                feed: Feed::Mem {
+                    mem: mem.clone(),
+                    resume: None,
+                },
+                done: false,
+            });
+        }
+        MergeScan {
+            sources,
+            backward,
+            snapshot_seq: snap.seq,
+            range,
+        }
+    }
+
+    async fn fill(&mut self) -> Result<()> {
+        for s in &mut self.sources {
+            while s.buf.is_empty() && !s.done {
+                match &mut s.feed {
+                    Feed::Mem { mem, resume } => {
+                        let chunk = mem.scan_chunk(
+                            &self.range,
+                            resume.as_deref(),
+                            self.backward,
+                            self.snapshot_seq,
+                            MEM_CHUNK_KEYS,
+                        );
+                        if chunk.len() < MEM_CHUNK_KEYS {
+                            s.done = true;
+                        }
+                        if let Some((k, _)) = chunk.last() {
+                            *resume = Some(k.clone());
+                        }
+                        s.buf.extend(chunk);
+                    }
+                    Feed::Seg(cursor) => match cursor.next_chunk().await? {
+                        Some(chunk) => s.buf.extend(chunk),
+                        None => s.done = true,
+                    },
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next key in scan order with its merged state.
+    pub async fn next(&mut self) -> Result<Option<(Vec<u8>, RowState)>> {
+        self.fill().await?;
+        let mut best: Option<&[u8]> = None;
+        for s in &self.sources {
+            if let Some((k, _)) = s.buf.front() {
+                let better = match best {
+                    None => true,
+                    Some(b) => (k.as_slice() < b) != self.backward && k.as_slice() != b,
+                };
+                if better {
+                    best = Some(k);
+                }
+            }
+        }
+        let Some(best) = best.map(|b| b.to_vec()) else {
+            return Ok(None);
+        };
+        // Sources are ordered oldest first, so layering goes oldest to newest.
+        let mut state: Option<RowState> = None;
+        for s in &mut self.sources {
+            if s.buf.front().is_some_and(|(k, _)| *k == best) {
+                let (_, st) = s.buf.pop_front().unwrap_or_default();
+                state = Some(match state {
+                    Some(older) => st.merge_over(older),
+                    None => st,
+                });
+            }
+        }
+        debug_assert!(self.sources.windows(2).all(|w| w[0].age < w[1].age));
+        Ok(state.map(|st| (best, st)))
+    }
+}

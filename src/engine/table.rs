@@ -1,0 +1,163 @@
+//! A table's in-memory state: its memtables, its segments and its options.
+//!
+//! Readers pin a [`Snapshot`]: the memtables and segment list of the moment
+//! plus the sequence number of the last committed write, taken together
+//! under the state lock. Memtables keep per-write sequence numbers, so
+//! writes committed later are ignored; segments are immutable, and a flush
+//! or compaction swaps the list rather than changing it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::Result;
+use crate::manifest::{ManifestLog, TableManifest};
+use crate::memtable::Memtable;
+use crate::row::RowState;
+use crate::schema::{TableOptions, TableSchema};
+use crate::segment::Segment;
+
+pub(crate) struct TableState {
+    pub active: Arc<Memtable>,
+    /// Frozen memtables waiting for their flush, oldest first.
+    pub immutables: Vec<Arc<Memtable>>,
+    /// Segments, oldest first (ascending `max_seq`).
+    pub segments: Arc<Vec<Arc<Segment>>>,
+}
+
+pub(crate) struct TableInner {
+    pub id: u64,
+    pub schema: TableSchema,
+    pub options: RwLock<TableOptions>,
+    pub state: RwLock<TableState>,
+    pub manifest_log: ManifestLog,
+    /// The committed manifest and its version number.
+    pub manifest: tokio::sync::Mutex<(u64, TableManifest)>,
+    pub dropped: AtomicBool,
+    pub stats: TableStats,
+    pub last_flush_error: Mutex<Option<String>>,
+}
+
+#[derive(Default)]
+pub(crate) struct TableStats {
+    pub flushes: AtomicU64,
+    pub flush_bytes: AtomicU64,
+    pub compactions: AtomicU64,
+    pub compaction_bytes: AtomicU64,
+}
+
+/// A consistent view of one table for one read.
+pub(crate) struct Snapshot {
+    pub seq: u64,
+    /// Oldest first.
+    pub memtables: Vec<Arc<Memtable>>,
+    /// Oldest first.
+    pub segments: Arc<Vec<Arc<Segment>>>,
+    pub options: TableOptions,
+}
+
+impl TableInner {
+    pub fn new(
+        id: u64,
+        schema: TableSchema,
+        options: TableOptions,
+        manifest_version: u64,
+        manifest: TableManifest,
+        segments: Vec<Arc<Segment>>,
+    ) -> Self {
+        TableInner {
+            id,
+            manifest_log: ManifestLog::new(&format!("tables/{id}/manifest")),
+            schema,
+            options: RwLock::new(options),
+            state: RwLock::new(TableState {
+                active: Arc::new(Memtable::new()),
+                immutables: Vec::new(),
+                segments: Arc::new(segments),
+            }),
+            manifest: tokio::sync::Mutex::new((manifest_version, manifest)),
+            dropped: AtomicBool::new(false),
+            stats: TableStats::default(),
+            last_flush_error: Mutex::new(None),
+        }
+    }
+
+    pub fn snapshot(&self, visible_seq: &AtomicU64) -> Snapshot {
+        let st = self.state.read();
+        let seq = visible_seq.load(Ordering::Acquire);
+        let mut memtables = st.immutables.clone();
+        memtables.push(st.active.clone());
+        Snapshot {
+            seq,
+            memtables,
+            segments: st.segments.clone(),
+            options: *self.options.read(),
+        }
+    }
+
+    /// Smallest sequence not yet in a segment, if any write is unflushed.
+    pub fn min_unflushed_seq(&self) -> Option<u64> {
+        let st = self.state.read();
+        st.immutables
+            .iter()
+            .chain(std::iter::once(&st.active))
+            .filter_map(|m| m.min_seq())
+            .min()
+    }
+
+    pub fn unflushed_bytes(&self) -> usize {
+        let st = self.state.read();
+        st.immutables
+            .iter()
+            .map(|m| m.approx_bytes())
+            .sum::<usize>()
+            + st.active.approx_bytes()
+    }
+}
+
+impl Snapshot {
+    /// The merged state of one key, or `None` when no source has it.
+    pub async fn get_state(
+        &self,
+        key: &[u8],
+        columns: Option<&[String]>,
+    ) -> Result<Option<RowState>> {
+        // Newest memtable first: a PutRow / DeleteRow there hides all older
+        // sources, and then no segment needs to be read.
+        let mut start_mem = 0;
+        let mut need_segments = true;
+        for (i, m) in self.memtables.iter().enumerate().rev() {
+            if m.hides_older(key, self.seq) {
+                start_mem = i;
+                need_segments = false;
+                break;
+            }
+        }
+        let mut state: Option<RowState> = None;
+        if need_segments {
+            let mut layers = Vec::new();
+            for seg in self.segments.iter().rev() {
+                if let Some(st) = seg.get(key, columns).await? {
+                    let stop = st.replace;
+                    layers.push(st);
+                    if stop {
+                        break;
+                    }
+                }
+            }
+            for st in layers.into_iter().rev() {
+                state = Some(match state {
+                    Some(older) => st.merge_over(older),
+                    None => st,
+                });
+            }
+        }
+        let mut found = state.is_some();
+        let mut st = state.unwrap_or_default();
+        for m in &self.memtables[start_mem..] {
+            found |= m.apply_to(key, self.seq, &mut st);
+        }
+        Ok(found.then_some(st))
+    }
+}

@@ -1,0 +1,142 @@
+//! The one public error type.
+//!
+//! Every refusal carries an [`ErrorKind`] that tells the caller what to do
+//! (fix the input, retry, give up) and a message that names the table,
+//! column, key or file and says what would have been accepted.
+
+use std::fmt;
+
+/// What went wrong, in Tablestore's vocabulary (SPEC.md section 10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A request parameter is out of range or malformed.
+    ParameterInvalid,
+    /// A primary key does not match the table's schema.
+    InvalidPk,
+    /// The table (or another named object) does not exist.
+    ObjectNotExist,
+    /// The table already exists.
+    ObjectAlreadyExist,
+    /// A row condition failed; nothing was changed.
+    ConditionCheckFail,
+    /// Another writer holds the row (a local transaction).
+    RowOperationConflict,
+    /// Too many columns in one request.
+    OutOfColumnCountLimit,
+    /// A row or value is larger than allowed.
+    OutOfRowSizeLimit,
+    /// The data directory is held by another process.
+    DatabaseLocked,
+    /// An operating-system or object-store I/O error.
+    Io,
+    /// Stored data failed a checksum or could not be decoded.
+    Corruption,
+    /// The database was closed, or a background task failed.
+    Closed,
+}
+
+impl ErrorKind {
+    /// The stable name used in CLI output (`"kind":"..."`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::ParameterInvalid => "ParameterInvalid",
+            ErrorKind::InvalidPk => "InvalidPK",
+            ErrorKind::ObjectNotExist => "ObjectNotExist",
+            ErrorKind::ObjectAlreadyExist => "ObjectAlreadyExist",
+            ErrorKind::ConditionCheckFail => "ConditionCheckFail",
+            ErrorKind::RowOperationConflict => "RowOperationConflict",
+            ErrorKind::OutOfColumnCountLimit => "OutOfColumnCountLimit",
+            ErrorKind::OutOfRowSizeLimit => "OutOfRowSizeLimit",
+            ErrorKind::DatabaseLocked => "DatabaseLocked",
+            ErrorKind::Io => "IO",
+            ErrorKind::Corruption => "Corruption",
+            ErrorKind::Closed => "Closed",
+        }
+    }
+
+    /// True for errors caused by the request itself (the CLI exits 2 on them).
+    pub fn is_user_error(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::ParameterInvalid
+                | ErrorKind::InvalidPk
+                | ErrorKind::OutOfColumnCountLimit
+                | ErrorKind::OutOfRowSizeLimit
+        )
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Cellar's error: a kind plus a message meant for a person.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn param(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::ParameterInvalid, message)
+    }
+
+    pub(crate) fn invalid_pk(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidPk, message)
+    }
+
+    pub(crate) fn corruption(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Corruption, message)
+    }
+
+    pub(crate) fn io(context: impl fmt::Display, err: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Io, format!("{context}: {err}"))
+    }
+
+    pub(crate) fn closed() -> Self {
+        Error::new(
+            ErrorKind::Closed,
+            "the database is closed or its writer stopped after an I/O error; reopen it",
+        )
+    }
+}
+
+/// Cellar's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<object_store::Error> for Error {
+    fn from(e: object_store::Error) -> Self {
+        Error::new(ErrorKind::Io, format!("object store: {e}"))
+    }
+}
+
+impl From<parquet::errors::ParquetError> for Error {
+    fn from(e: parquet::errors::ParquetError) -> Self {
+        Error::new(ErrorKind::Corruption, format!("parquet: {e}"))
+    }
+}
+
+impl From<arrow::error::ArrowError> for Error {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        Error::new(ErrorKind::Corruption, format!("arrow: {e}"))
+    }
+}

@@ -1,0 +1,75 @@
+//! # Cellar
+//!
+//! An embeddable wide-column table engine with the data model of Alibaba
+//! Cloud Tablestore (the Bigtable / HBase family): tables with 1-4 typed
+//! primary-key columns, schema-free attribute columns, timestamped versions
+//! per cell, max versions, TTL and a version-offset write window.
+//!
+//! Storage is a write-ahead log with group commit, per-table memtables and
+//! immutable Parquet segments in a wide layout, tracked by manifests that
+//! are committed through `object_store`.
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use cellar::*;
+//! let dir = tempfile::tempdir().unwrap();
+//! let db = Database::open(dir.path()).await.unwrap();
+//! db.create_table(
+//!     TableSchema::new("consumption").pk("card_id", PkType::Integer).pk("order_no", PkType::String),
+//!     TableOptions { max_versions: 3, ..Default::default() },
+//! ).await.unwrap();
+//! let t = db.table("consumption").unwrap();
+//! for (order, amount) in [("o1", 12.5), ("o2", 3.0), ("o3", 7.25)] {
+//!     let pk = PrimaryKey::new().with("card_id", 42).with("order_no", order);
+//!     t.put_row(PutRow::new(pk).column("amount", amount).column("category", "food")).await.unwrap();
+//! }
+//! // Rows of card 42, newest order first.
+//! let page = t
+//!     .get_range(GetRange::new().start(PkBound::new().with("card_id", 42)).end(PkBound::new().with("card_id", 41)).backward())
+//!     .await
+//!     .unwrap();
+//! let orders: Vec<_> = page.rows.iter().map(|r| r.primary_key.get("order_no").cloned().unwrap()).collect();
+//! assert_eq!(orders, vec![PkValue::from("o3"), PkValue::from("o2"), PkValue::from("o1")]);
+//! # });
+//! ```
+
+// The embedding API.
+mod api;
+mod clock;
+mod db;
+mod error;
+mod options;
+mod schema;
+mod table;
+mod types;
+
+pub use api::{
+    ColumnValue, DeleteRow, Direction, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow,
+    RangeResult, RowWrite, UpdateAction, UpdateRow,
+};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use db::{Database, TableDescription};
+pub use error::{Error, ErrorKind, Result};
+pub use options::DbOptions;
+pub use row::ReadOptions;
+pub use schema::{
+    MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET,
+    MAX_PK_VALUE_BYTES, MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, OptionsUpdate, PkColumn,
+    TableOptions, TableSchema, validate_name,
+};
+pub use table::{Table, TableStats};
+pub use types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value};
+pub use wal::Durability;
+
+// Storage components (crate-private).
+mod codec;
+mod engine;
+mod key;
+mod manifest;
+mod memtable;
+mod row;
+mod segment;
+mod wal;
+
+/// The command-line front end (used by the `cellar` binary).
+pub mod cli;

@@ -1,0 +1,191 @@
+//! The memtable: recent writes of one table, ordered by encoded key.
+//!
+//! It keeps each key's mutations with their sequence numbers rather than a
+//! folded state, so that a reader holding a snapshot sequence can ignore
+//! writes made after it: that is what makes a scan consistent while writers
+//! go on. Writes come only from the committer thread, in sequence order.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::key::KeyRange;
+use crate::row::{Mutation, RowState};
+
+type Ops = Vec<(u64, Mutation)>;
+
+#[derive(Default)]
+pub(crate) struct Memtable {
+    map: RwLock<BTreeMap<Vec<u8>, Ops>>,
+    approx_bytes: AtomicUsize,
+    /// Smallest / largest sequence inserted (0 = none yet).
+    min_seq: AtomicU64,
+    max_seq: AtomicU64,
+}
+
+impl Memtable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one write. Sequences must arrive in increasing order.
+    pub fn insert(&self, key: &[u8], seq: u64, m: Mutation) {
+        let bytes = m.approx_bytes() + key.len() + 16;
+        {
+            let mut map = self.map.write();
+            match map.get_mut(key) {
+                Some(ops) => ops.push((seq, m)),
+                None => {
+                    map.insert(key.to_vec(), vec![(seq, m)]);
+                }
+            }
+        }
+        self.approx_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let _ = self
+            .min_seq
+            .compare_exchange(0, seq, Ordering::Relaxed, Ordering::Relaxed);
+        self.max_seq.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    pub fn approx_bytes(&self) -> usize {
+        self.approx_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.min_seq.load(Ordering::Relaxed) == 0
+    }
+
+    pub fn min_seq(&self) -> Option<u64> {
+        match self.min_seq.load(Ordering::Relaxed) {
+            0 => None,
+            s => Some(s),
+        }
+    }
+
+    pub fn max_seq(&self) -> u64 {
+        self.max_seq.load(Ordering::Relaxed)
+    }
+
+    /// Applies this memtable's writes of `key` with sequence <= `snapshot`
+    /// onto `state`. Returns false when it has none.
+    pub fn apply_to(&self, key: &[u8], snapshot: u64, state: &mut RowState) -> bool {
+        let map = self.map.read();
+        match map.get(key) {
+            Some(ops) => apply_ops(ops, snapshot, state),
+            None => false,
+        }
+    }
+
+    /// Up to `max_keys` keys of `range` in the given direction, strictly
+    /// after `resume` when given, each with its folded state at `snapshot`
+    /// (keys with no write at or before the snapshot are skipped).
+    pub fn scan_chunk(
+        &self,
+        range: &KeyRange,
+        resume: Option<&[u8]>,
+        backward: bool,
+        snapshot: u64,
+        max_keys: usize,
+    ) -> Vec<(Vec<u8>, RowState)> {
+        let map = self.map.read();
+        let mut out = Vec::new();
+        let mut take = |k: &Vec<u8>, ops: &Ops| {
+            let mut st = RowState::default();
+            if apply_ops(ops, snapshot, &mut st) {
+                out.push((k.clone(), st));
+            }
+            out.len() < max_keys
+        };
+        let hi = match &range.hi {
+            Some(h) => Bound::Excluded(h.as_slice()),
+            None => Bound::Unbounded,
+        };
+        if backward {
+            let hi = match resume {
+                Some(r) => Bound::Excluded(r),
+                None => hi,
+            };
+            if !bounds_ordered(Bound::Included(range.lo.as_slice()), hi) {
+                return out;
+            }
+            for (k, ops) in map
+                .range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
+                .rev()
+            {
+                if !take(k, ops) {
+                    break;
+                }
+            }
+        } else {
+            let lo = match resume {
+                Some(r) => Bound::Excluded(r),
+                None => Bound::Included(range.lo.as_slice()),
+            };
+            if !bounds_ordered(lo, hi) {
+                return out;
+            }
+            for (k, ops) in map.range::<[u8], _>((lo, hi)) {
+                if !take(k, ops) {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// Every key with its folded state (for a flush: no snapshot limit).
+    pub fn fold_all(&self) -> Vec<(Vec<u8>, RowState)> {
+        let map = self.map.read();
+        map.iter()
+            .map(|(k, ops)| {
+                let mut st = RowState::default();
+                apply_ops(ops, u64::MAX, &mut st);
+                (k.clone(), st)
+            })
+            .collect()
+    }
+}
+
+fn apply_ops(ops: &Ops, snapshot: u64, state: &mut RowState) -> bool {
+    // Start from the last PutRow / DeleteRow at or before the snapshot: it
+    // hides everything before it.
+    let visible = ops.partition_point(|(s, _)| *s <= snapshot);
+    if visible == 0 {
+        return false;
+    }
+    let ops = &ops[..visible];
+    let start = ops
+        .iter()
+        .rposition(|(_, m)| matches!(m, Mutation::Put { .. } | Mutation::Delete))
+        .unwrap_or(0);
+    for (seq, m) in &ops[start..] {
+        state.apply(*seq, m);
+    }
+    true
+}
+
+/// False when `BTreeMap::range` would panic or the range is empty.
+fn bounds_ordered(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(l), Bound::Excluded(h)) | (Bound::Excluded(l), Bound::Excluded(h)) => {
+            l < h
+        }
+        _ => true,
+    }
+}
+
+impl Memtable {
+    /// True when the newest write of `key` at or before `snapshot` here is
+    /// a PutRow or DeleteRow, which hides every older source.
+    pub fn hides_older(&self, key: &[u8], snapshot: u64) -> bool {
+        let map = self.map.read();
+        map.get(key).is_some_and(|ops| {
+            let visible = ops.partition_point(|(s, _)| *s <= snapshot);
+            ops[..visible]
+                .iter()
+                .any(|(_, m)| matches!(m, Mutation::Put { .. } | Mutation::Delete))
+        })
+    }
+}

@@ -1,0 +1,63 @@
+//! Database options: plain data with documented defaults.
+
+use std::sync::Arc;
+
+use crate::clock::{Clock, SystemClock};
+use crate::wal::Durability;
+
+/// How a database is opened. Every field documents its default.
+#[derive(Debug, Clone)]
+pub struct DbOptions {
+    /// When acknowledged writes reach stable storage. Defaults to
+    /// [`Durability::Sync`].
+    pub durability: Durability,
+    /// A table's active memtable is frozen and flushed to a segment past
+    /// this size. Defaults to 64 MiB.
+    pub memtable_bytes: usize,
+    /// Writers stall while all unflushed memtables together exceed this.
+    /// Defaults to 512 MiB.
+    pub write_buffer_bytes: usize,
+    /// A WAL file is sealed past this size. Defaults to 64 MiB.
+    pub wal_file_bytes: u64,
+    /// Rows per segment row group. Defaults to 65536.
+    pub row_group_rows: usize,
+    /// Rows per segment data page. Defaults to 1024.
+    pub page_rows: usize,
+    /// Output segments of a compaction are cut past this many bytes.
+    /// Defaults to 128 MiB.
+    pub compaction_segment_bytes: usize,
+    /// The time source. Defaults to the system clock.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for DbOptions {
+    fn default() -> Self {
+        DbOptions {
+            durability: Durability::Sync,
+            memtable_bytes: 64 << 20,
+            write_buffer_bytes: 512 << 20,
+            wal_file_bytes: 64 << 20,
+            row_group_rows: 64 * 1024,
+            page_rows: 1024,
+            compaction_segment_bytes: 128 << 20,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl DbOptions {
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
+    pub fn memtable_bytes(mut self, n: usize) -> Self {
+        self.memtable_bytes = n;
+        self
+    }
+
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+}

@@ -1,0 +1,109 @@
+//! The wide segment layout (DESIGN.md, "Segment layout").
+//!
+//! One Parquet row per (key, rank): rank 0 holds the newest version of every
+//! column of the key, rank 1 the next, and so on. Columns:
+//!
+//! | column      | type                     | meaning                                     |
+//! |-------------|--------------------------|---------------------------------------------|
+//! | `__pk`      | Binary                   | memcomparable key, ascending                |
+//! | PK columns  | Int64 / Utf8 / Binary    | the key's typed values (statistics, SQL)    |
+//! | `__seq`     | UInt64                   | newest write sequence folded into the key   |
+//! | `__rank`    | UInt16                   | 0 = newest version of each column           |
+//! | `__row`     | UInt8                    | 0 merge, 1 replaces older sources, 2 deleted|
+//! | `__row_ts`  | Int64, nullable          | row marker of a PK-only PutRow              |
+//! | `__tomb`    | Binary, nullable         | column / version tombstones (rank 0 only)   |
+//! | attribute c | Struct{ts, i, d, s, b, t}| version and value; one value child is set   |
+//!
+//! An attribute struct has only the value children whose type occurs in the
+//! segment. `__row`, `__row_ts` and `__tomb` are meaningful on rank 0 only.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Fields, Schema};
+
+use crate::schema::TableSchema;
+use crate::types::{PkType, Value};
+
+pub(crate) const PK: &str = "__pk";
+pub(crate) const SEQ: &str = "__seq";
+pub(crate) const RANK: &str = "__rank";
+pub(crate) const ROW: &str = "__row";
+pub(crate) const ROW_TS: &str = "__row_ts";
+pub(crate) const TOMB: &str = "__tomb";
+pub(crate) const TS: &str = "ts";
+
+pub(crate) const ROW_MERGE: u8 = 0;
+pub(crate) const ROW_REPLACE: u8 = 1;
+pub(crate) const ROW_DELETED: u8 = 2;
+
+/// The value types of an attribute column, as a bit set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct TypeSet(pub u8);
+
+/// The value children in their fixed order: (bit, child name, arrow type).
+pub(crate) const VALUE_CHILDREN: [(u8, &str, DataType); 5] = [
+    (1, "i", DataType::Int64),
+    (2, "d", DataType::Float64),
+    (4, "s", DataType::Utf8),
+    (8, "b", DataType::Binary),
+    (16, "t", DataType::Boolean),
+];
+
+impl TypeSet {
+    pub fn bit(v: &Value) -> u8 {
+        match v {
+            Value::Integer(_) => 1,
+            Value::Double(_) => 2,
+            Value::String(_) => 4,
+            Value::Binary(_) => 8,
+            Value::Boolean(_) => 16,
+        }
+    }
+
+    pub fn add(&mut self, v: &Value) {
+        self.0 |= Self::bit(v);
+    }
+
+    pub fn has(&self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+}
+
+pub(crate) fn pk_arrow_type(t: PkType) -> DataType {
+    match t {
+        PkType::Integer => DataType::Int64,
+        PkType::String => DataType::Utf8,
+        PkType::Binary => DataType::Binary,
+    }
+}
+
+pub(crate) fn struct_fields(types: TypeSet) -> Fields {
+    let mut fields = vec![Field::new(TS, DataType::Int64, false)];
+    for (bit, name, dt) in VALUE_CHILDREN.iter() {
+        if types.has(*bit) {
+            fields.push(Field::new(*name, dt.clone(), true));
+        }
+    }
+    Fields::from(fields)
+}
+
+/// The Arrow schema of a segment with these attribute columns (sorted).
+pub(crate) fn arrow_schema(table: &TableSchema, columns: &[(String, TypeSet)]) -> Arc<Schema> {
+    let mut fields = vec![Field::new(PK, DataType::Binary, false)];
+    for c in &table.primary_key {
+        fields.push(Field::new(&c.name, pk_arrow_type(c.pk_type), false));
+    }
+    fields.push(Field::new(SEQ, DataType::UInt64, false));
+    fields.push(Field::new(RANK, DataType::UInt16, false));
+    fields.push(Field::new(ROW, DataType::UInt8, false));
+    fields.push(Field::new(ROW_TS, DataType::Int64, true));
+    fields.push(Field::new(TOMB, DataType::Binary, true));
+    for (name, types) in columns {
+        fields.push(Field::new(
+            name,
+            DataType::Struct(struct_fields(*types)),
+            true,
+        ));
+    }
+    Arc::new(Schema::new(fields))
+}

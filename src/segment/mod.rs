@@ -1,0 +1,128 @@
+//! Segments: immutable Parquet files in the wide layout (see [`format`]).
+//!
+//! A segment holds the canonical state of each of its keys: every key once
+//! per rank, its own writes already resolved. Its metadata (key range, seq
+//! range, columns) lives in the table manifest, so pruning needs no file
+//! open; the Parquet footer and page index are cached on first use.
+
+pub(crate) mod format;
+mod reader;
+mod writer;
+
+pub(crate) use reader::SegmentCursor;
+pub(crate) use writer::{SegmentWriteOptions, write_segment};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
+
+use format::TypeSet;
+
+/// What the manifest records about a segment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SegmentMeta {
+    pub id: u64,
+    /// Object path relative to the database root.
+    pub path: String,
+    pub size_bytes: u64,
+    /// Smallest and largest encoded key, hex.
+    pub min_key: String,
+    pub max_key: String,
+    pub num_keys: u64,
+    pub num_rows: u64,
+    pub min_seq: u64,
+    pub max_seq: u64,
+    /// Attribute columns and the value types present, sorted by name.
+    pub columns: Vec<(String, TypeSet)>,
+}
+
+impl SegmentMeta {
+    pub fn key_bounds(&self) -> (Vec<u8>, Vec<u8>) {
+        (hex_decode(&self.min_key), hex_decode(&self.max_key))
+    }
+}
+
+/// An open segment: its metadata plus the lazily loaded Parquet footer.
+pub(crate) struct Segment {
+    pub meta: SegmentMeta,
+    pub min_key: Vec<u8>,
+    pub max_key: Vec<u8>,
+    store: Arc<dyn ObjectStore>,
+    reader_meta: OnceCell<ArrowReaderMetadata>,
+    /// Set when no manifest references the file any more: it is deleted
+    /// when the last reader holding this segment drops it.
+    obsolete: AtomicBool,
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if !self.obsolete.load(Ordering::Acquire) {
+            return;
+        }
+        let store = self.store.clone();
+        let path = self.object_path();
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(async move {
+                    let _ = store.delete(&path).await;
+                });
+            }
+            // No runtime (shutdown): the file stays as an orphan that no
+            // manifest names; it is harmless.
+            Err(_) => {}
+        }
+    }
+}
+
+impl Segment {
+    pub fn new(meta: SegmentMeta, store: Arc<dyn ObjectStore>) -> Self {
+        let (min_key, max_key) = meta.key_bounds();
+        Segment {
+            meta,
+            min_key,
+            max_key,
+            store,
+            reader_meta: OnceCell::new(),
+            obsolete: AtomicBool::new(false),
+        }
+    }
+
+    pub fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+
+    pub fn object_path(&self) -> Path {
+        Path::from(self.meta.path.as_str())
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+}
+
+pub(crate) fn hex_encode(b: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for &x in b {
+        s.push(HEX[(x >> 4) as usize] as char);
+        s.push(HEX[(x & 15) as usize] as char);
+    }
+    s
+}
+
+pub(crate) fn hex_decode(s: &str) -> Vec<u8> {
+    let nib = |c: u8| match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        _ => 0,
+    };
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| (nib(p[0]) << 4) | nib(*p.get(1).unwrap_or(&b'0')))
+        .collect()
+}

@@ -1,0 +1,400 @@
+//! Reading key states back from a segment, pruned by key range.
+//!
+//! Pruning goes from coarse to fine: the manifest's key range (no I/O), then
+//! row-group statistics on `__pk`, then the `__pk` page index, so a point get
+//! decodes one page per column of one row group.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, AsArray, BinaryArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+    StructArray, UInt8Array, UInt16Array, UInt64Array,
+};
+use arrow::datatypes::{Int64Type, UInt8Type, UInt16Type, UInt64Type};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use object_store::ObjectStoreExt;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
+use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use parquet::file::statistics::Statistics;
+
+use super::Segment;
+use super::format::{self, ROW_MERGE};
+use super::writer::decode_tombstones;
+use crate::error::{Error, Result};
+use crate::key::KeyRange;
+use crate::row::RowState;
+use crate::types::Value;
+
+impl Segment {
+    /// The Parquet footer with its page index, read once and cached.
+    pub async fn reader_metadata(&self) -> Result<&ArrowReaderMetadata> {
+        self.reader_meta
+            .get_or_try_init(|| async {
+                let mut reader = self.object_reader();
+                let opts =
+                    ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+                ArrowReaderMetadata::load_async(&mut reader, opts)
+                    .await
+                    .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+            })
+            .await
+    }
+
+    fn object_reader(&self) -> SegmentFileReader {
+        SegmentFileReader {
+            store: self.store().clone(),
+            path: self.object_path(),
+            size: self.meta.size_bytes,
+        }
+    }
+
+    /// The state of one key in this segment, if it has it.
+    pub async fn get(
+        self: &Arc<Self>,
+        key: &[u8],
+        columns: Option<&[String]>,
+    ) -> Result<Option<RowState>> {
+        if key < self.min_key.as_slice() || key > self.max_key.as_slice() {
+            return Ok(None);
+        }
+        let mut cursor = SegmentCursor::new(self.clone(), KeyRange::point(key), false, columns);
+        while let Some(chunk) = cursor.next_chunk().await? {
+            if let Some((_, st)) = chunk.into_iter().next() {
+                return Ok(Some(st));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Byte-range reads of a segment file through `object_store`.
+struct SegmentFileReader {
+    store: Arc<dyn object_store::ObjectStore>,
+    path: object_store::path::Path,
+    size: u64,
+}
+
+fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
+    parquet::errors::ParquetError::External(Box::new(e))
+}
+
+impl AsyncFileReader for SegmentFileReader {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(to_parquet_err)
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            self.store
+                .get_ranges(&self.path, &ranges)
+                .await
+                .map_err(to_parquet_err)
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let size = self.size;
+            let md = ParquetMetaDataReader::new()
+                .with_arrow_reader_options(options)
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(md))
+        }
+        .boxed()
+    }
+}
+
+/// Streams a segment's key states within a range, in either direction, one
+/// row group at a time.
+pub(crate) struct SegmentCursor {
+    seg: Arc<Segment>,
+    range: KeyRange,
+    backward: bool,
+    columns: Option<Vec<String>>,
+    pending: Option<VecDeque<usize>>,
+}
+
+impl SegmentCursor {
+    /// `columns`: the attribute columns to read (`None`: all of them).
+    pub fn new(
+        seg: Arc<Segment>,
+        range: KeyRange,
+        backward: bool,
+        columns: Option<&[String]>,
+    ) -> Self {
+        SegmentCursor {
+            seg,
+            range,
+            backward,
+            columns: columns.map(|c| c.to_vec()),
+            pending: None,
+        }
+    }
+
+    /// The next run of key states in scan order, or `None` at the end.
+    pub async fn next_chunk(&mut self) -> Result<Option<Vec<(Vec<u8>, RowState)>>> {
+        let meta = self.seg.reader_metadata().await?.clone();
+        if self.pending.is_none() {
+            let md = meta.metadata();
+            let mut groups: VecDeque<usize> = (0..md.num_row_groups())
+                .filter(|&rg| row_group_overlaps(md, rg, &self.range))
+                .collect();
+            if self.backward {
+                groups = groups.into_iter().rev().collect();
+            }
+            self.pending = Some(groups);
+        }
+        loop {
+            let Some(rg) = self.pending.as_mut().and_then(|p| p.pop_front()) else {
+                return Ok(None);
+            };
+            let mut states = self.read_row_group(&meta, rg).await?;
+            if states.is_empty() {
+                continue;
+            }
+            if self.backward {
+                states.reverse();
+            }
+            return Ok(Some(states));
+        }
+    }
+
+    async fn read_row_group(
+        &self,
+        meta: &ArrowReaderMetadata,
+        rg: usize,
+    ) -> Result<Vec<(Vec<u8>, RowState)>> {
+        let md = meta.metadata();
+        let schema = meta.schema();
+        let wanted: Vec<usize> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                let name = f.name().as_str();
+                matches!(
+                    name,
+                    format::PK
+                        | format::SEQ
+                        | format::RANK
+                        | format::ROW
+                        | format::ROW_TS
+                        | format::TOMB
+                ) || (matches!(f.data_type(), arrow::datatypes::DataType::Struct(_))
+                    && self
+                        .columns
+                        .as_ref()
+                        .is_none_or(|c| c.iter().any(|n| n == name)))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), wanted);
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
+            self.seg.object_reader(),
+            meta.clone(),
+        )
+        .with_row_groups(vec![rg])
+        .with_projection(mask)
+        .with_batch_size(8192);
+        if let Some(sel) = page_selection(md, rg, &self.range) {
+            builder = builder.with_row_selection(sel);
+        }
+        let mut stream = builder
+            .build()
+            .map_err(|e| Error::corruption(format!("segment {}: {e}", self.seg.meta.path)))?;
+        let mut out: Vec<(Vec<u8>, RowState)> = Vec::new();
+        while let Some(batch) = stream.next().await {
+            let batch =
+                batch.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
+            decode_batch(&batch, &self.range, &mut out).map_err(|e| {
+                Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message()))
+            })?;
+        }
+        Ok(out)
+    }
+}
+
+fn pk_bounds(stats: Option<&Statistics>) -> Option<(&[u8], &[u8])> {
+    match stats? {
+        Statistics::ByteArray(s) => Some((s.min_opt()?.data(), s.max_opt()?.data())),
+        _ => None,
+    }
+}
+
+fn row_group_overlaps(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> bool {
+    match pk_bounds(md.row_group(rg).column(0).statistics()) {
+        Some((min, max)) => range.overlaps(min, max),
+        None => true,
+    }
+}
+
+/// The rows of the pages of `__pk` (sorted) that can hold keys in `range`.
+fn page_selection(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> Option<RowSelection> {
+    let ColumnIndexMetaData::BYTE_ARRAY(index) = md.column_index()?.get(rg)?.first()? else {
+        return None;
+    };
+    let pages = md.offset_index()?.get(rg)?.first()?.page_locations();
+    let total = md.row_group(rg).num_rows() as usize;
+    let mut first = None;
+    let mut last = None;
+    for i in 0..pages.len() {
+        let (Some(min), Some(max)) = (index.min_value(i), index.max_value(i)) else {
+            return None;
+        };
+        if range.overlaps(min, max) {
+            first.get_or_insert(i);
+            last = Some(i);
+        }
+    }
+    let (first, last) = match (first, last) {
+        (Some(f), Some(l)) => (f, l),
+        _ => {
+            return Some(RowSelection::from_consecutive_ranges(
+                std::iter::empty(),
+                total,
+            ));
+        }
+    };
+    let start = pages[first].first_row_index as usize;
+    let end = pages
+        .get(last + 1)
+        .map_or(total, |p| p.first_row_index as usize);
+    Some(RowSelection::from_consecutive_ranges(
+        std::iter::once(start..end),
+        total,
+    ))
+}
+
+struct AttrColumn<'a> {
+    name: String,
+    valid: &'a StructArray,
+    ts: &'a Int64Array,
+    i: Option<&'a Int64Array>,
+    d: Option<&'a Float64Array>,
+    s: Option<&'a StringArray>,
+    b: Option<&'a BinaryArray>,
+    t: Option<&'a BooleanArray>,
+}
+
+impl AttrColumn<'_> {
+    fn value(&self, row: usize) -> Option<(i64, Value)> {
+        if self.valid.is_null(row) {
+            return None;
+        }
+        let ts = self.ts.value(row);
+        let v = if let Some(a) = self.i.filter(|a| a.is_valid(row)) {
+            Value::Integer(a.value(row))
+        } else if let Some(a) = self.d.filter(|a| a.is_valid(row)) {
+            Value::Double(a.value(row))
+        } else if let Some(a) = self.s.filter(|a| a.is_valid(row)) {
+            Value::String(a.value(row).to_string())
+        } else if let Some(a) = self.b.filter(|a| a.is_valid(row)) {
+            Value::Binary(a.value(row).to_vec())
+        } else if let Some(a) = self.t.filter(|a| a.is_valid(row)) {
+            Value::Boolean(a.value(row))
+        } else {
+            return None;
+        };
+        Some((ts, v))
+    }
+}
+
+fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
+    batch
+        .column_by_name(name)
+        .map(|a| a.as_ref())
+        .ok_or_else(|| Error::corruption(format!("missing column {name}")))
+}
+
+/// Appends the key states of `batch` that fall in `range` to `out`. A key's
+/// ranks are consecutive rows; a key may continue from the previous batch.
+fn decode_batch(
+    batch: &RecordBatch,
+    range: &KeyRange,
+    out: &mut Vec<(Vec<u8>, RowState)>,
+) -> Result<()> {
+    let pk = column(batch, format::PK)?.as_binary::<i32>();
+    let seq = column(batch, format::SEQ)?.as_primitive::<UInt64Type>();
+    let rank: &UInt16Array = column(batch, format::RANK)?.as_primitive::<UInt16Type>();
+    let row: &UInt8Array = column(batch, format::ROW)?.as_primitive::<UInt8Type>();
+    let row_ts = column(batch, format::ROW_TS)?.as_primitive::<Int64Type>();
+    let tomb = column(batch, format::TOMB)?.as_binary::<i32>();
+    let seq: &UInt64Array = seq;
+    let mut attrs = Vec::new();
+    for (field, arr) in batch.schema().fields().iter().zip(batch.columns()) {
+        let Some(st) = arr.as_struct_opt() else {
+            continue;
+        };
+        let child = |n: &str| st.column_by_name(n);
+        attrs.push(AttrColumn {
+            name: field.name().clone(),
+            valid: st,
+            ts: child(format::TS)
+                .and_then(|a| a.as_primitive_opt::<Int64Type>())
+                .ok_or_else(|| {
+                    Error::corruption(format!("column {} has no ts child", field.name()))
+                })?,
+            i: child("i").and_then(|a| a.as_primitive_opt::<Int64Type>()),
+            d: child("d").and_then(|a| a.as_primitive_opt::<arrow::datatypes::Float64Type>()),
+            s: child("s").and_then(|a| a.as_string_opt::<i32>()),
+            b: child("b").and_then(|a| a.as_binary_opt::<i32>()),
+            t: child("t").and_then(|a| a.as_boolean_opt()),
+        });
+    }
+    for r in 0..batch.num_rows() {
+        let key = pk.value(r);
+        if !range.contains(key) {
+            continue;
+        }
+        let continues = rank.value(r) > 0 && out.last().is_some_and(|(k, _)| k.as_slice() == key);
+        if !continues {
+            let mut st = RowState {
+                seq: seq.value(r),
+                replace: row.value(r) != ROW_MERGE,
+                row_ts: row_ts.is_valid(r).then(|| row_ts.value(r)),
+                columns: Default::default(),
+            };
+            if tomb.is_valid(r) {
+                decode_tombstones(tomb.value(r), &mut st)?;
+            }
+            out.push((key.to_vec(), st));
+        }
+        let Some((_, st)) = out.last_mut() else {
+            continue;
+        };
+        for a in &attrs {
+            if let Some(cell) = a.value(r) {
+                st.columns
+                    .entry(a.name.clone())
+                    .or_default()
+                    .versions
+                    .push(cell);
+            }
+        }
+    }
+    Ok(())
+}

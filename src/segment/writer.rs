@@ -1,0 +1,393 @@
+//! Writing resolved key states into a segment file.
+
+use std::sync::Arc;
+
+use arrow::array::builder::NullBufferBuilder;
+use arrow::array::{
+    ArrayRef, BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, RecordBatch,
+    StringBuilder, StructArray, UInt8Builder, UInt16Builder, UInt64Builder,
+};
+use arrow::datatypes::Schema;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+use super::format::{self, ROW_DELETED, ROW_MERGE, ROW_REPLACE, TypeSet};
+use super::{SegmentMeta, hex_encode};
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::row::{ColumnState, RowState};
+use crate::schema::TableSchema;
+use crate::types::{PkValue, Value};
+
+/// Layout settings of new segments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentWriteOptions {
+    /// Rows per Parquet row group (a key's ranks never straddle two).
+    /// Defaults to 65536.
+    pub row_group_rows: usize,
+    /// Rows per data page: smaller pages make point gets read less.
+    /// Defaults to 1024.
+    pub page_rows: usize,
+}
+
+impl Default for SegmentWriteOptions {
+    fn default() -> Self {
+        SegmentWriteOptions {
+            row_group_rows: 64 * 1024,
+            page_rows: 1024,
+        }
+    }
+}
+
+const BATCH_ROWS: usize = 8192;
+
+/// Encodes `states` (sorted by key, unique) as one segment file. Returns the
+/// file bytes and its metadata (`id` and `path` left for the caller).
+pub(crate) fn write_segment(
+    table: &TableSchema,
+    states: &[(Vec<u8>, RowState)],
+    seq_range: (u64, u64),
+    opts: SegmentWriteOptions,
+) -> Result<(Vec<u8>, SegmentMeta)> {
+    let mut columns: std::collections::BTreeMap<&str, TypeSet> = Default::default();
+    for (_, st) in states {
+        for (name, col) in &st.columns {
+            let t = columns.entry(name.as_str()).or_default();
+            for (_, v) in &col.versions {
+                t.add(v);
+            }
+        }
+    }
+    let columns: Vec<(String, TypeSet)> = columns
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t))
+        .collect();
+    let schema = format::arrow_schema(table, &columns);
+    let props = writer_properties(table, opts, states.len());
+    let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
+    let mut batch = BatchBuilder::new(table, &columns);
+    let mut num_rows = 0u64;
+    for (key, st) in states {
+        batch.push_key(table, key, st)?;
+        if batch.rows >= BATCH_ROWS {
+            num_rows += batch.rows as u64;
+            writer.write(&batch.finish(&schema)?)?;
+            if writer.in_progress_rows() >= opts.row_group_rows {
+                writer.flush()?;
+            }
+        }
+    }
+    if batch.rows > 0 {
+        num_rows += batch.rows as u64;
+        writer.write(&batch.finish(&schema)?)?;
+    }
+    let bytes = writer.into_inner()?;
+    let meta = SegmentMeta {
+        id: 0,
+        path: String::new(),
+        size_bytes: bytes.len() as u64,
+        min_key: states
+            .first()
+            .map(|(k, _)| hex_encode(k))
+            .unwrap_or_default(),
+        max_key: states
+            .last()
+            .map(|(k, _)| hex_encode(k))
+            .unwrap_or_default(),
+        num_keys: states.len() as u64,
+        num_rows,
+        min_seq: seq_range.0,
+        max_seq: seq_range.1,
+        columns,
+    };
+    Ok((bytes, meta))
+}
+
+fn writer_properties(
+    table: &TableSchema,
+    opts: SegmentWriteOptions,
+    keys: usize,
+) -> WriterProperties {
+    let pk = ColumnPath::from(format::PK);
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+        .set_max_row_group_row_count(None)
+        .set_max_row_group_bytes(None)
+        .set_data_page_row_count_limit(opts.page_rows)
+        .set_write_batch_size(opts.page_rows)
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        // Exact key bounds: pruning compares against them byte for byte.
+        .set_statistics_truncate_length(None)
+        .set_column_index_truncate_length(None)
+        .set_column_statistics_enabled(pk.clone(), EnabledStatistics::Page)
+        .set_column_dictionary_enabled(pk.clone(), false)
+        .set_column_encoding(pk.clone(), Encoding::DELTA_BYTE_ARRAY)
+        .set_column_bloom_filter_enabled(pk.clone(), true)
+        .set_column_bloom_filter_fpp(pk.clone(), 0.01)
+        .set_column_bloom_filter_max_ndv(pk, keys.clamp(1, opts.row_group_rows) as u64);
+    for c in &table.primary_key {
+        b = b.set_column_statistics_enabled(
+            ColumnPath::from(c.name.as_str()),
+            EnabledStatistics::Page,
+        );
+    }
+    b.build()
+}
+
+enum PkBuilder {
+    Int(Int64Builder),
+    Str(StringBuilder),
+    Bin(BinaryBuilder),
+}
+
+struct AttrBuilder {
+    types: TypeSet,
+    ts: Int64Builder,
+    i: Int64Builder,
+    d: Float64Builder,
+    s: StringBuilder,
+    b: BinaryBuilder,
+    t: BooleanBuilder,
+    valid: NullBufferBuilder,
+}
+
+impl AttrBuilder {
+    fn new(types: TypeSet) -> Self {
+        AttrBuilder {
+            types,
+            ts: Int64Builder::new(),
+            i: Int64Builder::new(),
+            d: Float64Builder::new(),
+            s: StringBuilder::new(),
+            b: BinaryBuilder::new(),
+            t: BooleanBuilder::new(),
+            valid: NullBufferBuilder::new(0),
+        }
+    }
+
+    fn push(&mut self, cell: Option<&(i64, Value)>) {
+        let Some((ts, value)) = cell else {
+            self.ts.append_value(0);
+            self.i.append_null();
+            self.d.append_null();
+            self.s.append_null();
+            self.b.append_null();
+            self.t.append_null();
+            self.valid.append_null();
+            return;
+        };
+        self.ts.append_value(*ts);
+        self.valid.append_non_null();
+        match value {
+            Value::Integer(x) => self.i.append_value(*x),
+            _ => self.i.append_null(),
+        }
+        match value {
+            Value::Double(x) => self.d.append_value(*x),
+            _ => self.d.append_null(),
+        }
+        match value {
+            Value::String(x) => self.s.append_value(x),
+            _ => self.s.append_null(),
+        }
+        match value {
+            Value::Binary(x) => self.b.append_value(x),
+            _ => self.b.append_null(),
+        }
+        match value {
+            Value::Boolean(x) => self.t.append_value(*x),
+            _ => self.t.append_null(),
+        }
+    }
+
+    fn finish(&mut self) -> Result<ArrayRef> {
+        let mut children: Vec<ArrayRef> = vec![Arc::new(self.ts.finish())];
+        let all: [(u8, ArrayRef); 5] = [
+            (1, Arc::new(self.i.finish())),
+            (2, Arc::new(self.d.finish())),
+            (4, Arc::new(self.s.finish())),
+            (8, Arc::new(self.b.finish())),
+            (16, Arc::new(self.t.finish())),
+        ];
+        for (bit, arr) in all {
+            if self.types.has(bit) {
+                children.push(arr);
+            }
+        }
+        let fields = format::struct_fields(self.types);
+        Ok(Arc::new(StructArray::try_new(
+            fields,
+            children,
+            self.valid.finish(),
+        )?))
+    }
+}
+
+struct BatchBuilder {
+    rows: usize,
+    pk: BinaryBuilder,
+    pk_cols: Vec<PkBuilder>,
+    seq: UInt64Builder,
+    rank: UInt16Builder,
+    row: UInt8Builder,
+    row_ts: Int64Builder,
+    tomb: BinaryBuilder,
+    names: Vec<String>,
+    attrs: Vec<AttrBuilder>,
+}
+
+impl BatchBuilder {
+    fn new(table: &TableSchema, columns: &[(String, TypeSet)]) -> Self {
+        BatchBuilder {
+            rows: 0,
+            pk: BinaryBuilder::new(),
+            pk_cols: table
+                .primary_key
+                .iter()
+                .map(|c| match c.pk_type {
+                    crate::types::PkType::Integer => PkBuilder::Int(Int64Builder::new()),
+                    crate::types::PkType::String => PkBuilder::Str(StringBuilder::new()),
+                    crate::types::PkType::Binary => PkBuilder::Bin(BinaryBuilder::new()),
+                })
+                .collect(),
+            seq: UInt64Builder::new(),
+            rank: UInt16Builder::new(),
+            row: UInt8Builder::new(),
+            row_ts: Int64Builder::new(),
+            tomb: BinaryBuilder::new(),
+            names: columns.iter().map(|(n, _)| n.clone()).collect(),
+            attrs: columns.iter().map(|(_, t)| AttrBuilder::new(*t)).collect(),
+        }
+    }
+
+    fn push_key(&mut self, table: &TableSchema, key: &[u8], st: &RowState) -> Result<()> {
+        let pk = table.decode_pk(key)?;
+        let ranks = st
+            .columns
+            .values()
+            .map(|c| c.versions.len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let ranks = u16::try_from(ranks).map_err(|_| {
+            Error::param(format!(
+                "a cell of table '{}' holds more than {} versions; lower max_versions",
+                table.name,
+                u16::MAX
+            ))
+        })?;
+        let kind = if !st.replace {
+            ROW_MERGE
+        } else if st.columns.is_empty() && st.row_ts.is_none() {
+            ROW_DELETED
+        } else {
+            ROW_REPLACE
+        };
+        let tomb = encode_tombstones(st);
+        for rank in 0..ranks {
+            self.pk.append_value(key);
+            for (b, (_, v)) in self.pk_cols.iter_mut().zip(&pk.columns) {
+                match (b, v) {
+                    (PkBuilder::Int(b), PkValue::Integer(x)) => b.append_value(*x),
+                    (PkBuilder::Str(b), PkValue::String(x)) => b.append_value(x),
+                    (PkBuilder::Bin(b), PkValue::Binary(x)) => b.append_value(x),
+                    _ => {
+                        return Err(Error::corruption(
+                            "primary key does not match the table schema",
+                        ));
+                    }
+                }
+            }
+            self.seq.append_value(st.seq);
+            self.rank.append_value(rank);
+            self.row.append_value(kind);
+            if rank == 0 {
+                self.row_ts.append_option(st.row_ts);
+                self.tomb.append_option(tomb.as_deref());
+            } else {
+                self.row_ts.append_null();
+                self.tomb.append_null();
+            }
+            // Merge-join the key's columns (sorted) with the segment's (sorted).
+            let mut cols = st.columns.iter().peekable();
+            for (name, attr) in self.names.iter().zip(self.attrs.iter_mut()) {
+                let cell = match cols.peek() {
+                    Some((n, c)) if *n == name => {
+                        let c: &ColumnState = c;
+                        let cell = c.versions.get(rank as usize);
+                        cols.next();
+                        cell
+                    }
+                    _ => None,
+                };
+                attr.push(cell);
+            }
+            self.rows += 1;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, schema: &Arc<Schema>) -> Result<RecordBatch> {
+        let mut arrays: Vec<ArrayRef> = vec![Arc::new(self.pk.finish())];
+        for b in &mut self.pk_cols {
+            arrays.push(match b {
+                PkBuilder::Int(b) => Arc::new(b.finish()),
+                PkBuilder::Str(b) => Arc::new(b.finish()),
+                PkBuilder::Bin(b) => Arc::new(b.finish()),
+            });
+        }
+        arrays.push(Arc::new(self.seq.finish()));
+        arrays.push(Arc::new(self.rank.finish()));
+        arrays.push(Arc::new(self.row.finish()));
+        arrays.push(Arc::new(self.row_ts.finish()));
+        arrays.push(Arc::new(self.tomb.finish()));
+        for a in &mut self.attrs {
+            arrays.push(a.finish()?);
+        }
+        self.rows = 0;
+        Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+    }
+}
+
+/// Column tombstones of a merge state, or `None` when it has none.
+fn encode_tombstones(st: &RowState) -> Option<Vec<u8>> {
+    if st.replace {
+        return None;
+    }
+    let tombs: Vec<_> = st
+        .columns
+        .iter()
+        .filter(|(_, c)| c.delete_all || !c.deleted.is_empty())
+        .collect();
+    if tombs.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    codec::put_varint(&mut out, tombs.len() as u64);
+    for (name, c) in tombs {
+        codec::put_bytes(&mut out, name.as_bytes());
+        out.push(c.delete_all as u8);
+        codec::put_varint(&mut out, c.deleted.len() as u64);
+        for v in &c.deleted {
+            codec::put_i64(&mut out, *v);
+        }
+    }
+    Some(out)
+}
+
+pub(crate) fn decode_tombstones(bytes: &[u8], st: &mut RowState) -> Result<()> {
+    let mut r = codec::Reader::new(bytes, "segment tombstones");
+    let n = r.varint()?;
+    for _ in 0..n {
+        let name = r.string()?;
+        let col = st.columns.entry(name).or_default();
+        col.delete_all = r.u8()? != 0;
+        let k = r.varint()?;
+        for _ in 0..k {
+            col.deleted.push(r.i64()?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! The row API of one table.
+
+use std::sync::Arc;
+
+use crate::api::{
+    DeleteRow, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult, RowWrite,
+    UpdateRow,
+};
+use crate::db::DbInner;
+use crate::engine::compact;
+use crate::engine::scan::MergeScan;
+use crate::engine::table::TableInner;
+use crate::error::{Error, ErrorKind, Result};
+use crate::row::{ReadOptions, visible_cells};
+use crate::schema::{MAX_COLUMNS_TO_GET, TableOptions, TableSchema};
+use crate::types::Row;
+
+/// A handle on one table. Cheap to clone.
+#[derive(Clone)]
+pub struct Table {
+    db: Arc<DbInner>,
+    inner: Arc<TableInner>,
+}
+
+/// Storage counters of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableStats {
+    pub segments: usize,
+    pub segment_bytes: u64,
+    pub memtable_bytes: usize,
+    pub frozen_memtables: usize,
+    pub flushes: u64,
+    pub flush_bytes: u64,
+    pub compactions: u64,
+    pub compaction_bytes: u64,
+    pub last_flush_error: Option<String>,
+}
+
+impl Table {
+    pub(crate) fn new(db: Arc<DbInner>, inner: Arc<TableInner>) -> Self {
+        Table { db, inner }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.schema.name
+    }
+
+    pub fn schema(&self) -> &TableSchema {
+        &self.inner.schema
+    }
+
+    pub fn options(&self) -> TableOptions {
+        *self.inner.options.read()
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self
+            .inner
+            .dropped
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(Error::new(
+                ErrorKind::ObjectNotExist,
+                format!("table '{}' was dropped", self.name()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Any single-row write; returns once it is durable.
+    pub async fn write(&self, w: RowWrite) -> Result<()> {
+        self.check_live()?;
+        let mut r = self.db.write_many([(self.name(), &w)]).await?;
+        r.pop().unwrap_or_else(|| Err(Error::closed()))
+    }
+
+    /// Several writes to this table committed together (one WAL record);
+    /// each gets its own result (invalid ones fail alone).
+    pub async fn write_batch(&self, writes: &[RowWrite]) -> Result<Vec<Result<()>>> {
+        self.check_live()?;
+        self.db
+            .write_many(writes.iter().map(|w| (self.name(), w)))
+            .await
+    }
+
+    pub async fn put_row(&self, p: PutRow) -> Result<()> {
+        self.write(RowWrite::Put(p)).await
+    }
+
+    pub async fn update_row(&self, u: UpdateRow) -> Result<()> {
+        self.write(RowWrite::Update(u)).await
+    }
+
+    pub async fn delete_row(&self, d: DeleteRow) -> Result<()> {
+        self.write(RowWrite::Delete(d)).await
+    }
+
+    /// GetRow: the row, or `None` when it does not exist.
+    pub async fn get_row(&self, get: GetRow) -> Result<Option<Row>> {
+        self.check_live()?;
+        check_read_options(&get.options)?;
+        let key = self.inner.schema.encode_pk(&get.primary_key)?;
+        let snap = self.inner.snapshot(&self.db.shared().visible_seq);
+        let now = self.db.now_ms();
+        let cols = get.options.columns_to_get.as_deref();
+        let Some(state) = snap.get_state(&key, cols).await? else {
+            return Ok(None);
+        };
+        Ok(
+            visible_cells(&state, now, &snap.options, &get.options).map(|columns| Row {
+                primary_key: get.primary_key,
+                columns,
+            }),
+        )
+    }
+
+    /// GetRange: one response of at most `limit`, 5000 rows or 4 MiB, with
+    /// `next_start` set when more rows may remain.
+    pub async fn get_range(&self, req: GetRange) -> Result<RangeResult> {
+        self.check_live()?;
+        check_read_options(&req.options)?;
+        if req.limit == Some(0) {
+            return Err(Error::param("GetRange limit must be at least 1"));
+        }
+        let backward = req.direction == crate::api::Direction::Backward;
+        let range = self
+            .inner
+            .schema
+            .key_range(req.start.as_ref(), req.end.as_ref(), backward)?;
+        let snap = self.inner.snapshot(&self.db.shared().visible_seq);
+        let now = self.db.now_ms();
+        let limit = req.limit.unwrap_or(MAX_RANGE_ROWS).min(MAX_RANGE_ROWS);
+        let mut scan = MergeScan::new(
+            &snap,
+            range,
+            backward,
+            req.options.columns_to_get.as_deref(),
+        );
+        let mut out = RangeResult::default();
+        let mut bytes = 0usize;
+        while let Some((key, state)) = scan.next().await? {
+            if out.rows.len() >= limit || bytes >= MAX_RANGE_BYTES {
+                out.next_start = Some(self.inner.schema.decode_pk(&key)?);
+                break;
+            }
+            if let Some(columns) = visible_cells(&state, now, &snap.options, &req.options) {
+                let primary_key = self.inner.schema.decode_pk(&key)?;
+                bytes += key.len()
+                    + columns
+                        .iter()
+                        .map(|(n, c)| {
+                            c.iter()
+                                .map(|c| n.len() + c.value.data_len())
+                                .sum::<usize>()
+                        })
+                        .sum::<usize>();
+                out.rows.push(Row {
+                    primary_key,
+                    columns,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Freezes the memtable and waits until it is a segment.
+    pub async fn flush(&self) -> Result<()> {
+        self.check_live()?;
+        self.db.flush_table(&self.inner).await
+    }
+
+    /// Full compaction: flushes, then merges every segment into new ones,
+    /// dropping deleted rows, tombstones, expired versions and versions
+    /// beyond `max_versions`. Waits until done.
+    pub async fn compact(&self) -> Result<()> {
+        self.flush().await?;
+        let opts = &self.db.shared().options;
+        compact::compact_all(
+            &self.db.shared().flush_env,
+            &self.inner,
+            self.db.now_ms(),
+            opts.compaction_segment_bytes,
+        )
+        .await
+    }
+
+    /// Storage counters.
+    pub fn stats(&self) -> TableStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = self.inner.state.read();
+        TableStats {
+            segments: st.segments.len(),
+            segment_bytes: st.segments.iter().map(|s| s.meta.size_bytes).sum(),
+            memtable_bytes: st.active.approx_bytes(),
+            frozen_memtables: st.immutables.len(),
+            flushes: self.inner.stats.flushes.load(Relaxed),
+            flush_bytes: self.inner.stats.flush_bytes.load(Relaxed),
+            compactions: self.inner.stats.compactions.load(Relaxed),
+            compaction_bytes: self.inner.stats.compaction_bytes.load(Relaxed),
+            last_flush_error: self.inner.last_flush_error.lock().clone(),
+        }
+    }
+}
+
+fn check_read_options(o: &ReadOptions) -> Result<()> {
+    if let Some(c) = &o.columns_to_get
+        && c.len() > MAX_COLUMNS_TO_GET
+    {
+        return Err(Error::new(
+            ErrorKind::OutOfColumnCountLimit,
+            format!(
+                "columns_to_get lists {} columns; at most {MAX_COLUMNS_TO_GET} are accepted",
+                c.len()
+            ),
+        ));
+    }
+    if o.max_versions == Some(0) {
+        return Err(Error::param("max_versions must be at least 1"));
+    }
+    if let Some((s, e)) = o.time_range
+        && s >= e
+    {
+        return Err(Error::param(format!(
+            "time range [{s}, {e}) is empty: the start must be below the end"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! The data model's values: primary keys, attribute values, cells and rows.
+
+use std::fmt;
+
+/// The type of a primary-key column, fixed when the table is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PkType {
+    Integer,
+    String,
+    Binary,
+}
+
+impl PkType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PkType::Integer => "integer",
+            PkType::String => "string",
+            PkType::Binary => "binary",
+        }
+    }
+}
+
+impl fmt::Display for PkType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PkType {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "integer" | "int" | "bigint" => Ok(PkType::Integer),
+            "string" | "varchar" | "text" => Ok(PkType::String),
+            "binary" | "varbinary" | "bytea" => Ok(PkType::Binary),
+            _ => Err(crate::Error::param(format!(
+                "unknown primary-key type '{s}': expected integer, string or binary"
+            ))),
+        }
+    }
+}
+
+/// A primary-key column value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PkValue {
+    Integer(i64),
+    String(String),
+    Binary(Vec<u8>),
+}
+
+impl PkValue {
+    pub fn pk_type(&self) -> PkType {
+        match self {
+            PkValue::Integer(_) => PkType::Integer,
+            PkValue::String(_) => PkType::String,
+            PkValue::Binary(_) => PkType::Binary,
+        }
+    }
+
+    /// Bytes this value counts for in row-size limits.
+    pub(crate) fn data_len(&self) -> usize {
+        match self {
+            PkValue::Integer(_) => 8,
+            PkValue::String(s) => s.len(),
+            PkValue::Binary(b) => b.len(),
+        }
+    }
+}
+
+impl From<i64> for PkValue {
+    fn from(v: i64) -> Self {
+        PkValue::Integer(v)
+    }
+}
+impl From<i32> for PkValue {
+    fn from(v: i32) -> Self {
+        PkValue::Integer(v.into())
+    }
+}
+impl From<&str> for PkValue {
+    fn from(v: &str) -> Self {
+        PkValue::String(v.to_string())
+    }
+}
+impl From<String> for PkValue {
+    fn from(v: String) -> Self {
+        PkValue::String(v)
+    }
+}
+impl From<Vec<u8>> for PkValue {
+    fn from(v: Vec<u8>) -> Self {
+        PkValue::Binary(v)
+    }
+}
+
+/// One bound component of a range: a value, or the smallest / largest
+/// possible value of its column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PkBoundValue {
+    Value(PkValue),
+    InfMin,
+    InfMax,
+}
+
+impl<T: Into<PkValue>> From<T> for PkBoundValue {
+    fn from(v: T) -> Self {
+        PkBoundValue::Value(v.into())
+    }
+}
+
+/// A primary key: `(name, value)` pairs in the table's PK column order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct PrimaryKey {
+    pub columns: Vec<(String, PkValue)>,
+}
+
+impl PrimaryKey {
+    pub fn new() -> Self {
+        PrimaryKey::default()
+    }
+
+    /// Appends a column; order must follow the table's PK order.
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<PkValue>) -> Self {
+        self.columns.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&PkValue> {
+        self.columns.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+}
+
+/// A range bound: a prefix of the PK columns, each a value or INF_MIN /
+/// INF_MAX. Omitted trailing columns are INF_MIN in a forward range and
+/// INF_MAX in a backward one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PkBound {
+    pub columns: Vec<(String, PkBoundValue)>,
+}
+
+impl PkBound {
+    pub fn new() -> Self {
+        PkBound::default()
+    }
+
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<PkBoundValue>) -> Self {
+        self.columns.push((name.into(), value.into()));
+        self
+    }
+}
+
+impl From<PrimaryKey> for PkBound {
+    fn from(pk: PrimaryKey) -> Self {
+        PkBound {
+            columns: pk
+                .columns
+                .into_iter()
+                .map(|(n, v)| (n, PkBoundValue::Value(v)))
+                .collect(),
+        }
+    }
+}
+
+/// An attribute value: one of the five types of the model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Integer(i64),
+    Double(f64),
+    String(String),
+    Boolean(bool),
+    Binary(Vec<u8>),
+}
+
+impl Value {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Integer(_) => "INTEGER",
+            Value::Double(_) => "DOUBLE",
+            Value::String(_) => "STRING",
+            Value::Boolean(_) => "BOOLEAN",
+            Value::Binary(_) => "BINARY",
+        }
+    }
+
+    /// Bytes this value counts for in row-size limits (SPEC section 7).
+    pub(crate) fn data_len(&self) -> usize {
+        match self {
+            Value::Integer(_) | Value::Double(_) => 8,
+            Value::Boolean(_) => 1,
+            Value::String(s) => s.len(),
+            Value::Binary(b) => b.len(),
+        }
+    }
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Integer(v)
+    }
+}
+impl From<i32> for Value {
+    fn from(v: i32) -> Self {
+        Value::Integer(v.into())
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Self {
+        Value::Double(v)
+    }
+}
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Boolean(v)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::String(v.to_string())
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::String(v)
+    }
+}
+impl From<Vec<u8>> for Value {
+    fn from(v: Vec<u8>) -> Self {
+        Value::Binary(v)
+    }
+}
+
+/// One version of a cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub value: Value,
+    /// Milliseconds since the Unix epoch.
+    pub version: i64,
+}
+
+/// A row as reads return it: the PK and, per column (sorted by name), its
+/// versions newest first.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Row {
+    pub primary_key: PrimaryKey,
+    pub columns: Vec<(String, Vec<Cell>)>,
+}
+
+impl Row {
+    /// The versions of one column, newest first.
+    pub fn column(&self, name: &str) -> Option<&[Cell]> {
+        self.columns
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| self.columns[i].1.as_slice())
+    }
+
+    /// The newest visible value of one column.
+    pub fn latest(&self, name: &str) -> Option<&Value> {
+        self.column(name).and_then(|c| c.first()).map(|c| &c.value)
+    }
+}

@@ -1,0 +1,156 @@
+//! Appending records, rotating files and deleting obsolete ones.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{Durability, HEADER_LEN, file_name};
+use crate::error::{Error, Result};
+
+/// The WAL's appender. Owned by the committer thread; not shared.
+pub(crate) struct WalWriter {
+    dir: PathBuf,
+    durability: Durability,
+    file: File,
+    number: u64,
+    size: u64,
+    /// Largest sequence in the current file.
+    max_seq: u64,
+    /// Older files: (number, largest sequence in them).
+    sealed: Vec<(u64, u64)>,
+    last_sync: Instant,
+    dirty: bool,
+    file_limit: u64,
+}
+
+impl WalWriter {
+    /// Starts a new file numbered after `sealed` (files found by recovery).
+    pub fn create(
+        dir: &Path,
+        sealed: Vec<(u64, u64)>,
+        durability: Durability,
+        file_limit: u64,
+    ) -> Result<Self> {
+        let number = sealed.iter().map(|(n, _)| *n + 1).max().unwrap_or(1);
+        let file = open_new(dir, number)?;
+        Ok(WalWriter {
+            dir: dir.to_path_buf(),
+            durability,
+            file,
+            number,
+            size: 0,
+            max_seq: 0,
+            sealed,
+            last_sync: Instant::now(),
+            dirty: false,
+            file_limit,
+        })
+    }
+
+    /// Appends one record holding entries up to `max_seq`, and makes it as
+    /// durable as the durability setting says before returning.
+    pub fn append(&mut self, payload: &[u8], max_seq: u64) -> Result<()> {
+        if self.size >= self.file_limit {
+            self.rotate()?;
+        }
+        let len = u32::try_from(payload.len())
+            .map_err(|_| Error::param("group commit larger than 4 GiB"))?;
+        let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+        buf.extend_from_slice(payload);
+        self.file
+            .write_all(&buf)
+            .map_err(|e| self.err("append to", e))?;
+        self.size += buf.len() as u64;
+        self.max_seq = self.max_seq.max(max_seq);
+        self.dirty = true;
+        match self.durability {
+            Durability::Sync => self.sync()?,
+            Durability::IntervalMs(ms) if self.last_sync.elapsed() >= Duration::from_millis(ms) => {
+                self.sync()?
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Fsyncs pending appends (used by the interval timer and on close).
+    pub fn sync(&mut self) -> Result<()> {
+        if self.dirty {
+            self.file.sync_data().map_err(|e| self.err("fsync", e))?;
+            self.dirty = false;
+        }
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Seals the current file and starts the next.
+    pub fn rotate(&mut self) -> Result<()> {
+        if self.size == 0 {
+            return Ok(());
+        }
+        self.sync()?;
+        self.sealed.push((self.number, self.max_seq));
+        self.number += 1;
+        self.file = open_new(&self.dir, self.number)?;
+        self.size = 0;
+        self.max_seq = 0;
+        Ok(())
+    }
+
+    /// Deletes sealed files whose every entry has a sequence below
+    /// `min_unflushed` (everything in them is in segments or obsolete).
+    pub fn delete_obsolete(&mut self, min_unflushed: u64) -> Result<()> {
+        let dir = self.dir.clone();
+        let mut keep = Vec::new();
+        for (number, max_seq) in std::mem::take(&mut self.sealed) {
+            if max_seq < min_unflushed {
+                let path = dir.join(file_name(number));
+                if let Err(e) = std::fs::remove_file(&path)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    keep.push((number, max_seq));
+                    return Err(Error::io(format!("delete WAL file {}", path.display()), e));
+                }
+            } else {
+                keep.push((number, max_seq));
+            }
+        }
+        self.sealed = keep;
+        Ok(())
+    }
+
+    pub fn current_size(&self) -> u64 {
+        self.size
+    }
+
+    fn err(&self, what: &str, e: std::io::Error) -> Error {
+        Error::io(
+            format!(
+                "{what} WAL file {}",
+                self.dir.join(file_name(self.number)).display()
+            ),
+            e,
+        )
+    }
+}
+
+fn open_new(dir: &Path, number: u64) -> Result<File> {
+    let path = dir.join(file_name(number));
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("create WAL file {}", path.display()), e))?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+/// Fsyncs a directory so that a file created or removed in it persists.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("fsync directory {}", dir.display()), e))
+}
