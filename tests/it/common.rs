@@ -1,0 +1,36 @@
+//! Helpers shared by the scenario tests.
+
+use std::sync::Arc;
+
+use cellar::*;
+
+/// 2016-07-21 00:00:00 UTC, the SPEC's example time.
+pub const T0: i64 = 1_469_059_200_000;
+
+pub async fn open(dir: &std::path::Path, clock: &Arc<ManualClock>) -> Database {
+    Database::open_with(dir, DbOptions::default().clock(clock.clone())).await.unwrap()
+}
+
+pub fn pk(card: i64, order: &str) -> PrimaryKey {
+    PrimaryKey::new().with("card", card).with("order", order)
+}
+
+pub async fn card_order_table(db: &Database, options: TableOptions) -> Table {
+    db.create_table(TableSchema::new("t").pk("card", PkType::Integer).pk("order", PkType::String), options)
+        .await
+        .unwrap();
+    db.table("t").unwrap()
+}
+
+/// Every row of a table, following continuation keys.
+pub async fn scan_all(t: &Table, mut req: GetRange) -> Vec<Row> {
+    let mut out = Vec::new();
+    loop {
+        let page = t.get_range(req.clone()).await.unwrap();
+        out.extend(page.rows);
+        match page.next_start {
+            Some(n) => req.start = Some(n.into()),
+            None => return out,
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! Cellar's integration tests: one binary, one module per behaviour.
+
+mod cli;
+mod common;
+mod concurrency;
+mod crash;
+mod model;
+mod ordering;
+mod recovery;
+mod visibility;
