@@ -1,1 +1,93 @@
-fn main() {}
+//! Point get of the latest version from flushed segments, metadata cached
+//! (issue target: p50 <= 100 us).
+//!
+//! `cargo bench --bench point_get [-- ROWS]`: loads ROWS 7-column rows
+//! (default 1M), flushes them to segments, warms the footer cache, then
+//! times 20,000 GetRow calls on random existing keys and 5,000 on missing
+//! keys, one at a time. Prints p50 / p99.
+
+#[path = "common.rs"]
+mod common;
+
+use std::time::Instant;
+
+use cellar::*;
+use rand::{Rng, SeedableRng};
+
+fn main() {
+    let rows: u64 = std::env::args()
+        .filter_map(|a| a.parse().ok())
+        .next()
+        .unwrap_or(1_000_000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open_with(
+            dir.path(),
+            DbOptions::default().durability(Durability::None),
+        )
+        .await
+        .unwrap();
+        db.create_table(common::schema(), TableOptions::default())
+            .await
+            .unwrap();
+        let t = db.table("bench").unwrap();
+        let mut batch = Vec::with_capacity(200);
+        for i in 0..rows {
+            batch.push(common::row(i));
+            if batch.len() == 200 {
+                t.write_batch(&batch).await.unwrap();
+                batch.clear();
+            }
+        }
+        t.write_batch(&batch).await.unwrap();
+        t.compact().await.unwrap();
+        println!(
+            "point_get: {rows} rows in {} segment(s), {:.1} MB",
+            t.stats().segments,
+            t.stats().segment_bytes as f64 / 1e6
+        );
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let key = |i: u64| {
+            PrimaryKey::new()
+                .with("card_id", (i % 100_000) as i64)
+                .with("order_no", format!("o{:010}", i))
+        };
+        for _ in 0..2000 {
+            t.get_row(GetRow::new(key(rng.random_range(0..rows))))
+                .await
+                .unwrap();
+        }
+        for (label, n, missing) in [("existing", 20_000, false), ("missing", 5_000, true)] {
+            let mut lat = Vec::with_capacity(n);
+            for _ in 0..n {
+                let i = rng.random_range(0..rows);
+                let k = if missing {
+                    PrimaryKey::new()
+                        .with("card_id", (i % 100_000) as i64)
+                        .with("order_no", format!("o{:010}x", i))
+                } else {
+                    key(i)
+                };
+                let s = Instant::now();
+                let r = t.get_row(GetRow::new(k)).await.unwrap();
+                lat.push(s.elapsed().as_secs_f64() * 1e6);
+                assert_eq!(r.is_some(), !missing);
+            }
+            lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "point_get {label}: p50 {:.1} us, p99 {:.1} us, mean {:.1} us",
+                percentile(&lat, 0.5),
+                percentile(&lat, 0.99),
+                lat.iter().sum::<f64>() / n as f64
+            );
+        }
+    });
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use futures::TryStreamExt;
@@ -70,6 +70,13 @@ pub(crate) struct Shared {
     /// Lets flush tasks reach the committer without keeping it alive.
     commit_tx: OnceLock<mpsc::WeakSender<CommitMsg>>,
     me: Weak<Shared>,
+    /// Set when the database handle is closed: no new flush starts.
+    closed: AtomicBool,
+    /// Background flushes started and not finished.
+    flushes_in_flight: AtomicUsize,
+    /// The directory lock; released when the last flush task lets go of
+    /// `Shared`, so no other process can open the directory under it.
+    _lock: File,
 }
 
 impl CommitHost for Shared {
@@ -82,11 +89,16 @@ impl CommitHost for Shared {
     }
 
     fn schedule_flush(&self, table: Arc<TableInner>) {
-        let shared = self.weak_self();
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(shared) = self.me.upgrade() else {
+            return;
+        };
+        shared.flushes_in_flight.fetch_add(1, Ordering::AcqRel);
         self.runtime.spawn(async move {
-            if let Some(shared) = shared.and_then(|w| w.upgrade()) {
-                shared.flush_now(&table).await;
-            }
+            shared.flush_now(&table).await;
+            shared.flushes_in_flight.fetch_sub(1, Ordering::AcqRel);
         });
     }
 
@@ -104,13 +116,12 @@ impl CommitHost for Shared {
 }
 
 impl Shared {
-    fn weak_self(&self) -> Option<Weak<Shared>> {
-        Some(self.me.clone())
-    }
-
     /// Flushes the table's frozen memtables, recording (not returning) a
     /// failure: the memtable stays and the WAL keeps its writes.
     pub(crate) async fn flush_now(&self, table: &Arc<TableInner>) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
         match flush::flush_frozen(&self.flush_env, table).await {
             Ok(()) => *table.last_flush_error.lock() = None,
             Err(e) => {
@@ -135,11 +146,11 @@ pub(crate) struct DbInner {
     /// The committed catalog and its version; the lock serialises DDL.
     catalog: tokio::sync::Mutex<(u64, CatalogFile)>,
     committer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
-    _lock: File,
 }
 
 impl Drop for DbInner {
     fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
         // Close the channel; the committer drains it, syncs and exits.
         let (tx, _) = mpsc::channel(1);
         drop(std::mem::replace(&mut self.commit_tx, tx));
@@ -278,6 +289,9 @@ impl Database {
             runtime: tokio::runtime::Handle::current(),
             commit_tx: OnceLock::new(),
             me: me.clone(),
+            closed: AtomicBool::new(false),
+            flushes_in_flight: AtomicUsize::new(0),
+            _lock: lock,
         });
         let (tx, rx) = mpsc::channel(4096);
         let _ = shared.commit_tx.set(tx.downgrade());
@@ -308,9 +322,27 @@ impl Database {
                 catalog_log,
                 catalog: tokio::sync::Mutex::new((catalog_version, catalog)),
                 committer: parking_lot::Mutex::new(Some(committer)),
-                _lock: lock,
             }),
         })
+    }
+
+    /// Closes the database: waits for background flushes, stops the
+    /// writer (syncing the WAL) and releases the directory lock. Dropping
+    /// every handle does the same, except that a flush already running then
+    /// finishes in the background and holds the lock until it is done.
+    /// Table handles keep the database open; drop them first.
+    pub async fn close(self) -> Result<()> {
+        let shared = self.inner.shared.clone();
+        shared.closed.store(true, Ordering::Release);
+        while shared.flushes_in_flight.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let inner = self.inner;
+        // Joining the committer blocks; do it off the async threads.
+        tokio::task::spawn_blocking(move || drop(inner))
+            .await
+            .map_err(|e| Error::io("close", e))?;
+        Ok(())
     }
 
     /// The data directory.

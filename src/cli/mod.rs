@@ -208,9 +208,15 @@ fn parse_json(s: &str, what: &str) -> Result<Json> {
 
 async fn run(cli: Cli) -> Result<i32> {
     let db = Database::open(data_dir(&cli)).await?;
+    let code = run_command(&db, cli.command).await;
+    db.close().await?;
+    code
+}
+
+async fn run_command(db: &Database, command: Command) -> Result<i32> {
     let mut out = std::io::stdout().lock();
     let io = |e: std::io::Error| Error::io("write to stdout", e);
-    match cli.command {
+    match command {
         Command::Create { table, pk, options } => {
             let mut schema = TableSchema::new(table);
             for part in pk.split(',') {
@@ -301,7 +307,7 @@ async fn run(cli: Cli) -> Result<i32> {
         Command::Compact { table } => db.table(&table)?.compact().await?,
         Command::Demo => {
             drop(out);
-            demo::run(&db).await?;
+            demo::run(db).await?;
         }
     }
     Ok(0)

@@ -95,9 +95,15 @@ pub(crate) fn run(
             }
         }
         if !group.is_empty() {
+            let mut touched: Vec<Arc<TableInner>> = Vec::new();
+            for w in &group {
+                if !touched.iter().any(|t| Arc::ptr_eq(t, &w.table)) {
+                    touched.push(w.table.clone());
+                }
+            }
             let result = match &failed {
                 Some(e) => Err(e.clone()),
-                None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, &group),
+                None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, group),
             };
             if let Err(e) = &result {
                 // The WAL may now hold a partial record; refuse further
@@ -113,13 +119,14 @@ pub(crate) fn run(
                 seq_end += n as u64;
                 let _ = done.send(result.clone().map(|_| seq_end - 1));
             }
-            maybe_freeze(&*host, &mut wal, &group);
+            maybe_freeze(&*host, &mut wal, &touched);
             stall_if_over_budget(&*host);
         }
         for msg in others {
             match msg {
                 CommitMsg::Freeze { table, done } => {
-                    freeze(&*host, &mut wal, &table);
+                    // The caller flushes it itself.
+                    freeze(&*host, &mut wal, &table, false);
                     let _ = done.send(Ok(()));
                 }
                 CommitMsg::Sync => {
@@ -140,7 +147,7 @@ fn commit_group(
     wal: &mut WalWriter,
     next_seq: &mut u64,
     payload: &mut Vec<u8>,
-    group: &[PendingWrite],
+    group: Vec<PendingWrite>,
 ) -> Result<u64> {
     let first = *next_seq;
     payload.clear();
@@ -150,30 +157,33 @@ fn commit_group(
     let last = first + group.len() as u64 - 1;
     wal.append(payload, last)?;
     *next_seq = last + 1;
-    for (i, w) in group.iter().enumerate() {
-        let active = w.table.state.read().active.clone();
-        active.insert(&w.key, first + i as u64, w.mutation.clone());
+    let mut current: Option<(u64, Arc<crate::memtable::Memtable>)> = None;
+    for (i, w) in group.into_iter().enumerate() {
+        let active = match &current {
+            Some((id, m)) if *id == w.table.id => m.clone(),
+            _ => {
+                let m = w.table.state.read().active.clone();
+                current = Some((w.table.id, m.clone()));
+                m
+            }
+        };
+        active.insert(&w.key, first + i as u64, w.mutation);
     }
     host.visible_seq().store(last, Ordering::Release);
     Ok(first)
 }
 
-fn maybe_freeze(host: &dyn CommitHost, wal: &mut WalWriter, group: &[PendingWrite]) {
+fn maybe_freeze(host: &dyn CommitHost, wal: &mut WalWriter, touched: &[Arc<TableInner>]) {
     let limit = host.memtable_bytes();
-    let mut seen: Vec<u64> = Vec::new();
-    for w in group {
-        if seen.contains(&w.table.id) {
-            continue;
-        }
-        seen.push(w.table.id);
-        let full = w.table.state.read().active.approx_bytes() >= limit;
+    for t in touched {
+        let full = t.state.read().active.approx_bytes() >= limit;
         if full {
-            freeze(host, wal, &w.table);
+            freeze(host, wal, t, true);
         }
     }
 }
 
-fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>) {
+fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>, schedule: bool) {
     {
         let mut st = table.state.write();
         if !st.active.is_empty() {
@@ -186,7 +196,9 @@ fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>) {
     if wal.current_size() > 0 {
         let _ = wal.rotate();
     }
-    host.schedule_flush(table.clone());
+    if schedule {
+        host.schedule_flush(table.clone());
+    }
 }
 
 fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {

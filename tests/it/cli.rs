@@ -9,7 +9,9 @@ struct Cli {
 
 impl Cli {
     fn new() -> Self {
-        Cli { dir: tempfile::tempdir().unwrap() }
+        Cli {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -24,22 +26,48 @@ impl Cli {
 
     fn ok(&self, args: &[&str]) -> String {
         let o = self.run(args);
-        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8(o.stdout).unwrap()
     }
 
     fn write(&self, table: &str, input: &str) -> (i32, String) {
-        let mut child = self.cmd(&["write", table]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let mut child = self
+            .cmd(&["write", table])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
         let o = child.wait_with_output().unwrap();
-        (o.status.code().unwrap(), String::from_utf8(o.stdout).unwrap())
+        (
+            o.status.code().unwrap(),
+            String::from_utf8(o.stdout).unwrap(),
+        )
     }
 }
 
 #[test]
 fn table_management_commands() {
     let c = Cli::new();
-    c.ok(&["create", "orders", "--pk", "card:integer,order:string", "--ttl", "86400", "--max-versions", "3"]);
+    c.ok(&[
+        "create",
+        "orders",
+        "--pk",
+        "card:integer,order:string",
+        "--ttl",
+        "86400",
+        "--max-versions",
+        "3",
+    ]);
     c.ok(&["create", "a_first", "--pk", "k:binary"]);
     assert_eq!(c.ok(&["list"]), "a_first\norders\n");
     assert_eq!(
@@ -47,9 +75,25 @@ fn table_management_commands() {
         "{\"name\":\"orders\",\"primary_key\":[{\"name\":\"card\",\"type\":\"integer\"},{\"name\":\"order\",\"type\":\"string\"}],\
          \"ttl\":86400,\"max_versions\":3,\"max_version_offset\":86400,\"allow_update\":true}\n"
     );
-    c.ok(&["alter", "orders", "--ttl", "-1", "--allow-update", "false", "--max-version-offset", "600"]);
+    c.ok(&[
+        "alter",
+        "orders",
+        "--ttl",
+        "-1",
+        "--allow-update",
+        "false",
+        "--max-version-offset",
+        "600",
+    ]);
     let d: serde_json::Value = serde_json::from_str(&c.ok(&["describe", "orders"])).unwrap();
-    assert_eq!((d["ttl"].as_i64(), d["allow_update"].as_bool(), d["max_version_offset"].as_i64()), (Some(-1), Some(false), Some(600)));
+    assert_eq!(
+        (
+            d["ttl"].as_i64(),
+            d["allow_update"].as_bool(),
+            d["max_version_offset"].as_i64()
+        ),
+        (Some(-1), Some(false), Some(600))
+    );
     c.ok(&["drop", "a_first"]);
     assert_eq!(c.ok(&["list"]), "orders\n");
 
@@ -57,14 +101,24 @@ fn table_management_commands() {
     for bad in [
         vec!["create", "x", "--pk", "card:float"],
         vec!["create", "1x", "--pk", "card:integer"],
-        vec!["create", "x", "--pk", "a:integer,b:integer,c:integer,d:integer,e:integer"],
+        vec![
+            "create",
+            "x",
+            "--pk",
+            "a:integer,b:integer,c:integer,d:integer,e:integer",
+        ],
         vec!["alter", "orders", "--max-versions", "0"],
         vec!["alter", "orders", "--allow-update", "maybe"],
         vec!["get", "orders", "not json"],
         vec!["nonsense"],
     ] {
         let o = c.run(&bad);
-        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert!(!o.stderr.is_empty());
     }
     let o = c.run(&["describe", "missing"]);
@@ -77,63 +131,153 @@ fn table_management_commands() {
 #[test]
 fn write_get_and_scan_formats() {
     let c = Cli::new();
-    c.ok(&["create", "t", "--pk", "card:integer,order:string", "--max-versions", "3"]);
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    c.ok(&[
+        "create",
+        "t",
+        "--pk",
+        "card:integer,order:string",
+        "--max-versions",
+        "3",
+    ]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     let v1 = now - 5000;
     let input = format!(
         "{}\n{}\n{}\n{}\n{}\n",
-        format_args!(r#"{{"op":"put","pk":{{"card":1,"order":"a"}},"columns":{{"amount":12.0,"n":3,"note":"hi","ok":true,"raw":{{"binary":"aGk="}},"v":{{"value":7,"version":{v1}}}}}}}"#),
+        format_args!(
+            r#"{{"op":"put","pk":{{"card":1,"order":"a"}},"columns":{{"amount":12.0,"n":3,"note":"hi","ok":true,"raw":{{"binary":"aGk="}},"v":{{"value":7,"version":{v1}}}}}}}"#
+        ),
         r#"{"op":"put","pk":{"card":-2,"order":"b"},"columns":{"x":1}}"#,
         r#"{"op":"put","pk":{"card":1}}"#,
-        format_args!(r#"{{"op":"update","pk":{{"card":1,"order":"a"}},"put":{{"v":{{"value":8,"version":{}}}}},"delete_all":["ok"]}}"#, v1 + 1),
+        format_args!(
+            r#"{{"op":"update","pk":{{"card":1,"order":"a"}},"put":{{"v":{{"value":8,"version":{}}}}},"delete_all":["ok"]}}"#,
+            v1 + 1
+        ),
         r#"{"op":"delete","pk":{"card":-2,"order":"b"}}"#,
     );
     let (code, out) = c.write("t", &input);
     assert_eq!(code, 1);
-    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 5);
     for (i, l) in lines.iter().enumerate() {
         assert_eq!(l["line"], i + 1);
         assert_eq!(l["ok"], i != 2, "{l}");
     }
     assert_eq!(lines[2]["error"]["kind"], "InvalidPK");
-    assert!(lines[2]["error"]["message"].as_str().unwrap().contains("order"));
+    assert!(
+        lines[2]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("order")
+    );
 
-    let got = c.ok(&["get", "t", r#"{"card":1,"order":"a"}"#, "--max-versions", "2", "--columns", "amount,v,raw"]);
+    let got = c.ok(&[
+        "get",
+        "t",
+        r#"{"card":1,"order":"a"}"#,
+        "--max-versions",
+        "2",
+        "--columns",
+        "amount,v,raw",
+    ]);
     let row: serde_json::Value = serde_json::from_str(&got).unwrap();
     assert_eq!(row["pk"], serde_json::json!({"card": 1, "order": "a"}));
     assert!(got.contains(r#""amount":[{"value":12.0,"#), "{got}");
-    assert_eq!(row["columns"]["raw"][0]["value"], serde_json::json!({"binary": "aGk="}));
-    assert_eq!(row["columns"]["v"], serde_json::json!([{"value": 8, "version": v1 + 1}, {"value": 7, "version": v1}]));
-    let names: Vec<_> = row["columns"].as_object().unwrap().keys().cloned().collect();
+    assert_eq!(
+        row["columns"]["raw"][0]["value"],
+        serde_json::json!({"binary": "aGk="})
+    );
+    assert_eq!(
+        row["columns"]["v"],
+        serde_json::json!([{"value": 8, "version": v1 + 1}, {"value": 7, "version": v1}])
+    );
+    let names: Vec<_> = row["columns"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
     assert_eq!(names, vec!["amount", "raw", "v"]);
-    let got = c.ok(&["get", "t", r#"{"card":1,"order":"a"}"#, "--time-range", &format!("{v1},{}", v1 + 1), "--columns", "v"]);
-    assert!(got.contains(&format!(r#""v":[{{"value":7,"version":{v1}}}]"#)), "{got}");
+    let got = c.ok(&[
+        "get",
+        "t",
+        r#"{"card":1,"order":"a"}"#,
+        "--time-range",
+        &format!("{v1},{}", v1 + 1),
+        "--columns",
+        "v",
+    ]);
+    assert!(
+        got.contains(&format!(r#""v":[{{"value":7,"version":{v1}}}]"#)),
+        "{got}"
+    );
     assert_eq!(c.ok(&["get", "t", r#"{"card":9,"order":"zz"}"#]), "null\n");
 
-    let (code, _) = c.write("t", &(0..6).map(|i| format!("{{\"op\":\"put\",\"pk\":{{\"card\":{i},\"order\":\"k\"}},\"columns\":{{}}}}\n")).collect::<String>());
+    let (code, _) = c.write(
+        "t",
+        &(0..6)
+            .map(|i| {
+                format!(
+                    "{{\"op\":\"put\",\"pk\":{{\"card\":{i},\"order\":\"k\"}},\"columns\":{{}}}}\n"
+                )
+            })
+            .collect::<String>(),
+    );
     assert_eq!(code, 0);
     let cards = |out: String| -> Vec<(i64, String)> {
         out.lines()
             .map(|l| {
                 let j: serde_json::Value = serde_json::from_str(l).unwrap();
-                (j["pk"]["card"].as_i64().unwrap(), j["pk"]["order"].as_str().unwrap().to_string())
+                (
+                    j["pk"]["card"].as_i64().unwrap(),
+                    j["pk"]["order"].as_str().unwrap().to_string(),
+                )
             })
             .collect()
     };
     assert_eq!(
-        cards(c.ok(&["scan", "t", "--start", r#"{"card":1}"#, "--end", r#"{"card":3}"#])),
+        cards(c.ok(&[
+            "scan",
+            "t",
+            "--start",
+            r#"{"card":1}"#,
+            "--end",
+            r#"{"card":3}"#
+        ])),
         vec![(1, "a".into()), (1, "k".into()), (2, "k".into())]
     );
     assert_eq!(
-        cards(c.ok(&["scan", "t", "--backward", "--start", r#"{"card":3}"#, "--end", r#"{"card":1}"#])),
+        cards(c.ok(&[
+            "scan",
+            "t",
+            "--backward",
+            "--start",
+            r#"{"card":3}"#,
+            "--end",
+            r#"{"card":1}"#
+        ])),
         vec![(3, "k".into()), (2, "k".into())]
     );
     assert_eq!(
-        cards(c.ok(&["scan", "t", "--start", r#"{"card":{"inf":"min"}}"#, "--limit", "2"])),
+        cards(c.ok(&[
+            "scan",
+            "t",
+            "--start",
+            r#"{"card":{"inf":"min"}}"#,
+            "--limit",
+            "2"
+        ])),
         vec![(0, "k".into()), (1, "a".into())]
     );
-    assert_eq!(cards(c.ok(&["scan", "t", "--backward", "--limit", "1"])), vec![(5, "k".into())]);
+    assert_eq!(
+        cards(c.ok(&["scan", "t", "--backward", "--limit", "1"])),
+        vec![(5, "k".into())]
+    );
     c.ok(&["compact", "t"]);
     assert_eq!(cards(c.ok(&["scan", "t"])).len(), 7);
     let o = c.run(&["scan", "t", "--start", r#"{"order":"x"}"#]);
@@ -144,16 +288,33 @@ fn write_get_and_scan_formats() {
 fn a_second_process_is_told_the_directory_is_in_use() {
     let c = Cli::new();
     c.ok(&["create", "t", "--pk", "k:string"]);
-    let mut holder = c.cmd(&["write", "t"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut holder = c
+        .cmd(&["write", "t"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut stdin = holder.stdin.take().unwrap();
-    writeln!(stdin, r#"{{"op":"put","pk":{{"k":"a"}},"columns":{{"n":1}}}}"#).unwrap();
+    writeln!(
+        stdin,
+        r#"{{"op":"put","pk":{{"k":"a"}},"columns":{{"n":1}}}}"#
+    )
+    .unwrap();
     // wait for the first ack, so the holder has surely opened the database
     let mut first = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()), &mut first).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
     assert!(first.contains("\"ok\":true"));
     let o = c.run(&["list"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("in use"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("in use"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     drop(stdin);
     assert!(holder.wait().unwrap().success());
     assert_eq!(c.ok(&["get", "t", r#"{"k":"a"}"#]).contains("\"n\""), true);

@@ -8,7 +8,9 @@ use cellar::*;
 pub const T0: i64 = 1_469_059_200_000;
 
 pub async fn open(dir: &std::path::Path, clock: &Arc<ManualClock>) -> Database {
-    Database::open_with(dir, DbOptions::default().clock(clock.clone())).await.unwrap()
+    Database::open_with(dir, DbOptions::default().clock(clock.clone()))
+        .await
+        .unwrap()
 }
 
 pub fn pk(card: i64, order: &str) -> PrimaryKey {
@@ -16,9 +18,14 @@ pub fn pk(card: i64, order: &str) -> PrimaryKey {
 }
 
 pub async fn card_order_table(db: &Database, options: TableOptions) -> Table {
-    db.create_table(TableSchema::new("t").pk("card", PkType::Integer).pk("order", PkType::String), options)
-        .await
-        .unwrap();
+    db.create_table(
+        TableSchema::new("t")
+            .pk("card", PkType::Integer)
+            .pk("order", PkType::String),
+        options,
+    )
+    .await
+    .unwrap();
     db.table("t").unwrap()
 }
 

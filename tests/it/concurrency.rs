@@ -12,9 +12,14 @@ use crate::common::*;
 async fn scans_see_whole_batches_while_writers_and_flushes_run() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
-    let db = Database::open_with(dir.path(), DbOptions::default().clock(clock.clone()).memtable_bytes(16 << 10))
-        .await
-        .unwrap();
+    let db = Database::open_with(
+        dir.path(),
+        DbOptions::default()
+            .clock(clock.clone())
+            .memtable_bytes(16 << 10),
+    )
+    .await
+    .unwrap();
     let t = card_order_table(&db, TableOptions::default()).await;
     let writers: Vec<_> = (0..4i64)
         .map(|group| {
@@ -22,7 +27,12 @@ async fn scans_see_whole_batches_while_writers_and_flushes_run() {
             tokio::spawn(async move {
                 for g in 0..150i64 {
                     let batch: Vec<RowWrite> = (0..10)
-                        .map(|i| PutRow::new(pk(group, &format!("r{i}"))).column("gen", g).column("pad", "x".repeat(50)).into())
+                        .map(|i| {
+                            PutRow::new(pk(group, &format!("r{i}")))
+                                .column("gen", g)
+                                .column("pad", "x".repeat(50))
+                                .into()
+                        })
                         .collect();
                     for r in t.write_batch(&batch).await.unwrap() {
                         r.unwrap();
@@ -37,7 +47,10 @@ async fn scans_see_whole_batches_while_writers_and_flushes_run() {
         for group in rows.chunk_by(|a, b| a.primary_key.columns[0] == b.primary_key.columns[0]) {
             let gens: Vec<_> = group.iter().map(|r| r.latest("gen").cloned()).collect();
             assert_eq!(group.len(), 10, "a group is written whole");
-            assert!(gens.windows(2).all(|w| w[0] == w[1]), "torn batch seen: {gens:?}");
+            assert!(
+                gens.windows(2).all(|w| w[0] == w[1]),
+                "torn batch seen: {gens:?}"
+            );
         }
         scans += 1;
     }
@@ -46,6 +59,12 @@ async fn scans_see_whole_batches_while_writers_and_flushes_run() {
     }
     let rows = scan_all(&t, GetRange::new()).await;
     assert_eq!(rows.len(), 40);
-    assert!(rows.iter().all(|r| r.latest("gen") == Some(&Value::Integer(149))));
-    assert!(t.stats().flushes > 0, "the small memtable budget made flushes run during the test");
+    assert!(
+        rows.iter()
+            .all(|r| r.latest("gen") == Some(&Value::Integer(149)))
+    );
+    assert!(
+        t.stats().flushes > 0,
+        "the small memtable budget made flushes run during the test"
+    );
 }

@@ -8,7 +8,9 @@ use std::process::{Command, Stdio};
 use cellar::*;
 
 fn op(i: u64) -> String {
-    format!(r#"{{"op":"put","pk":{{"card":{i},"order":"o"}},"columns":{{"a":{i},"b":"v{i}","c":{i}.5}}}}"#)
+    format!(
+        r#"{{"op":"put","pk":{{"card":{i},"order":"o"}},"columns":{{"a":{i},"b":"v{i}","c":{i}.5}}}}"#
+    )
 }
 
 #[tokio::test]
@@ -16,7 +18,17 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_written() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap().to_string();
     let bin = env!("CARGO_BIN_EXE_cellar");
-    let st = Command::new(bin).args(["--data", &data, "create", "t", "--pk", "card:integer,order:string"]).status().unwrap();
+    let st = Command::new(bin)
+        .args([
+            "--data",
+            &data,
+            "create",
+            "t",
+            "--pk",
+            "card:integer,order:string",
+        ])
+        .status()
+        .unwrap();
     assert!(st.success());
     for round in 0..2u64 {
         let mut child = Command::new(bin)
@@ -51,7 +63,11 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_written() {
         let t = db.table("t").unwrap();
         for &i in &acked {
             let pk = PrimaryKey::new().with("card", i as i64).with("order", "o");
-            let row = t.get_row(GetRow::new(pk)).await.unwrap().unwrap_or_else(|| panic!("acknowledged row {i} lost"));
+            let row = t
+                .get_row(GetRow::new(pk))
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("acknowledged row {i} lost"));
             assert_eq!(row.latest("a"), Some(&Value::Integer(i as i64)));
         }
         // every row present is whole
@@ -59,7 +75,9 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_written() {
         loop {
             let page = t.get_range(req.clone()).await.unwrap();
             for r in &page.rows {
-                let PkValue::Integer(i) = r.primary_key.columns[0].1 else { panic!() };
+                let PkValue::Integer(i) = r.primary_key.columns[0].1 else {
+                    panic!()
+                };
                 assert_eq!(r.columns.len(), 3, "half-written row {i}");
                 assert_eq!(r.latest("b"), Some(&Value::String(format!("v{i}"))));
             }

@@ -39,12 +39,19 @@ impl Model {
     fn apply(&mut self, now: i64, key: &Key, w: &RowWrite) -> bool {
         match w {
             RowWrite::Put(p) => {
-                if !p.columns.iter().all(|c| self.window_ok(now, c.version.unwrap_or(now))) {
+                if !p
+                    .columns
+                    .iter()
+                    .all(|c| self.window_ok(now, c.version.unwrap_or(now)))
+                {
                     return false;
                 }
                 let mut row = ModelRow::default();
                 for c in &p.columns {
-                    row.columns.entry(c.name.clone()).or_default().insert(c.version.unwrap_or(now), c.value.clone());
+                    row.columns
+                        .entry(c.name.clone())
+                        .or_default()
+                        .insert(c.version.unwrap_or(now), c.value.clone());
                 }
                 if p.columns.is_empty() {
                     row.marker = Some(now);
@@ -53,7 +60,9 @@ impl Model {
             }
             RowWrite::Update(u) => {
                 let ok = u.actions.iter().all(|a| match a {
-                    UpdateAction::Put { version, .. } => self.window_ok(now, version.unwrap_or(now)),
+                    UpdateAction::Put { version, .. } => {
+                        self.window_ok(now, version.unwrap_or(now))
+                    }
                     _ => true,
                 });
                 if !ok {
@@ -62,8 +71,15 @@ impl Model {
                 let row = self.rows.entry(key.clone()).or_default();
                 for a in &u.actions {
                     match a {
-                        UpdateAction::Put { name, value, version } => {
-                            row.columns.entry(name.clone()).or_default().insert(version.unwrap_or(now), value.clone());
+                        UpdateAction::Put {
+                            name,
+                            value,
+                            version,
+                        } => {
+                            row.columns
+                                .entry(name.clone())
+                                .or_default()
+                                .insert(version.unwrap_or(now), value.clone());
                         }
                         UpdateAction::DeleteVersion { name, version } => {
                             if let Some(c) = row.columns.get_mut(name) {
@@ -85,7 +101,11 @@ impl Model {
 
     /// What a read with `max_versions` 10 returns for one row.
     fn visible(&self, now: i64, row: &ModelRow) -> Option<Vec<(String, Vec<Cell>)>> {
-        let cutoff = if self.opts.ttl_secs == -1 { i64::MIN } else { now - self.opts.ttl_secs * 1000 };
+        let cutoff = if self.opts.ttl_secs == -1 {
+            i64::MIN
+        } else {
+            now - self.opts.ttl_secs * 1000
+        };
         let mut exists = row.marker.is_some_and(|m| m >= cutoff);
         let mut out = Vec::new();
         for (name, versions) in &row.columns {
@@ -94,7 +114,10 @@ impl Model {
                 .rev()
                 .take(self.opts.max_versions as usize)
                 .filter(|(v, _)| **v >= cutoff)
-                .map(|(v, x)| Cell { value: x.clone(), version: *v })
+                .map(|(v, x)| Cell {
+                    value: x.clone(),
+                    version: *v,
+                })
                 .collect();
             if !cells.is_empty() {
                 exists = true;
@@ -106,12 +129,22 @@ impl Model {
 
     /// A full compaction removes what is invisible, for good.
     fn compact(&mut self, now: i64) {
-        let cutoff = if self.opts.ttl_secs == -1 { i64::MIN } else { now - self.opts.ttl_secs * 1000 };
+        let cutoff = if self.opts.ttl_secs == -1 {
+            i64::MIN
+        } else {
+            now - self.opts.ttl_secs * 1000
+        };
         let maxv = self.opts.max_versions as usize;
         self.rows.retain(|_, row| {
             row.marker = row.marker.filter(|m| *m >= cutoff);
             for versions in row.columns.values_mut() {
-                let keep: Vec<i64> = versions.keys().rev().take(maxv).filter(|v| **v >= cutoff).copied().collect();
+                let keep: Vec<i64> = versions
+                    .keys()
+                    .rev()
+                    .take(maxv)
+                    .filter(|v| **v >= cutoff)
+                    .copied()
+                    .collect();
                 versions.retain(|v, _| keep.contains(v));
             }
             row.columns.retain(|_, v| !v.is_empty());
@@ -150,7 +183,11 @@ fn random_write(rng: &mut StdRng, now: i64, key: &Key) -> RowWrite {
             for _ in 0..rng.random_range(0..4) {
                 let name = COLS[rng.random_range(0..COLS.len())];
                 let value = random_value(rng);
-                p.columns.push(ColumnValue { name: name.into(), value, version: random_version(rng, now) });
+                p.columns.push(ColumnValue {
+                    name: name.into(),
+                    value,
+                    version: random_version(rng, now),
+                });
             }
             p.into()
         }
@@ -164,7 +201,11 @@ fn random_write(rng: &mut StdRng, now: i64, key: &Key) -> RowWrite {
                         name,
                         version: random_version(rng, now).unwrap_or(now),
                     },
-                    _ => UpdateAction::Put { name, value: random_value(rng), version: random_version(rng, now) },
+                    _ => UpdateAction::Put {
+                        name,
+                        value: random_value(rng),
+                        version: random_version(rng, now),
+                    },
                 });
             }
             u.into()
@@ -183,26 +224,57 @@ fn key_of(row: &Row) -> Key {
 async fn run_model(seed: u64, steps: usize) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
-    let small = || DbOptions::default().clock(clock.clone()).memtable_bytes(4 << 10);
+    let small = || {
+        DbOptions::default()
+            .clock(clock.clone())
+            .memtable_bytes(4 << 10)
+    };
     let mut db = Database::open_with(dir.path(), small()).await.unwrap();
-    let mut t = card_order_table(&db, TableOptions { max_versions: 3, ..Default::default() }).await;
-    let mut model = Model { opts: t.options(), ..Default::default() };
+    let mut t = card_order_table(
+        &db,
+        TableOptions {
+            max_versions: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut model = Model {
+        opts: t.options(),
+        ..Default::default()
+    };
     let mut rng = StdRng::seed_from_u64(seed);
-    let all_read = ReadOptions { max_versions: Some(10), ..Default::default() };
+    let all_read = ReadOptions {
+        max_versions: Some(10),
+        ..Default::default()
+    };
     for step in 0..steps {
         let now = clock.now_ms();
-        let key: Key = (rng.random_range(-3..3), ORDERS[rng.random_range(0..ORDERS.len())].to_string());
+        let key: Key = (
+            rng.random_range(-3..3),
+            ORDERS[rng.random_range(0..ORDERS.len())].to_string(),
+        );
         match rng.random_range(0..100) {
             0..=54 => {
                 let w = random_write(&mut rng, now, &key);
                 let expect_ok = model.apply(now, &key, &w);
                 let got = t.write(w.clone()).await;
-                assert_eq!(got.is_ok(), expect_ok, "seed {seed} step {step}: {w:?} -> {got:?}");
+                assert_eq!(
+                    got.is_ok(),
+                    expect_ok,
+                    "seed {seed} step {step}: {w:?} -> {got:?}"
+                );
             }
             55..=69 => {
-                let got = t.get_row(GetRow::new(pk(key.0, &key.1)).options(all_read.clone())).await.unwrap();
+                let got = t
+                    .get_row(GetRow::new(pk(key.0, &key.1)).options(all_read.clone()))
+                    .await
+                    .unwrap();
                 let want = model.rows.get(&key).and_then(|r| model.visible(now, r));
-                assert_eq!(got.map(|r| r.columns), want, "seed {seed} step {step}: get {key:?}");
+                assert_eq!(
+                    got.map(|r| r.columns),
+                    want,
+                    "seed {seed} step {step}: get {key:?}"
+                );
             }
             70..=79 => {
                 let backward = rng.random();
@@ -213,22 +285,40 @@ async fn run_model(seed: u64, steps: usize) {
                 let mut expect: Vec<(Key, Vec<(String, Vec<Cell>)>)> = model
                     .rows
                     .iter()
-                    .filter(|(k, _)| if backward { k.0 > lo && k.0 <= hi } else { k.0 >= lo && k.0 < hi })
+                    .filter(|(k, _)| {
+                        if backward {
+                            k.0 > lo && k.0 <= hi
+                        } else {
+                            k.0 >= lo && k.0 < hi
+                        }
+                    })
                     .filter_map(|(k, r)| model.visible(now, r).map(|c| (k.clone(), c)))
                     .collect();
                 if backward {
                     expect.reverse();
-                    req = req.start(PkBound::new().with("card", hi)).end(PkBound::new().with("card", lo)).backward();
+                    req = req
+                        .start(PkBound::new().with("card", hi))
+                        .end(PkBound::new().with("card", lo))
+                        .backward();
                 } else {
-                    req = req.start(PkBound::new().with("card", lo)).end(PkBound::new().with("card", hi));
+                    req = req
+                        .start(PkBound::new().with("card", lo))
+                        .end(PkBound::new().with("card", hi));
                 }
-                let got: Vec<_> = scan_all(&t, req).await.iter().map(|r| (key_of(r), r.columns.clone())).collect();
-                assert_eq!(got, expect, "seed {seed} step {step}: scan {lo}..{hi} backward={backward}");
+                let got: Vec<_> = scan_all(&t, req)
+                    .await
+                    .iter()
+                    .map(|r| (key_of(r), r.columns.clone()))
+                    .collect();
+                assert_eq!(
+                    got, expect,
+                    "seed {seed} step {step}: scan {lo}..{hi} backward={backward}"
+                );
             }
             80..=84 => t.flush().await.unwrap(),
             85..=87 => {
                 drop(t);
-                drop(db);
+                db.close().await.unwrap();
                 db = Database::open_with(dir.path(), small()).await.unwrap();
                 t = db.table("t").unwrap();
             }

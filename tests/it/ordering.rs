@@ -9,14 +9,26 @@ use cellar::*;
 use crate::common::*;
 
 async fn check_order(t: &Table, expected: &[PrimaryKey]) {
-    let fwd: Vec<_> = scan_all(t, GetRange::new()).await.into_iter().map(|r| r.primary_key).collect();
+    let fwd: Vec<_> = scan_all(t, GetRange::new())
+        .await
+        .into_iter()
+        .map(|r| r.primary_key)
+        .collect();
     assert_eq!(fwd, expected);
     let mut rev = expected.to_vec();
     rev.reverse();
-    let bwd: Vec<_> = scan_all(t, GetRange::new().backward()).await.into_iter().map(|r| r.primary_key).collect();
+    let bwd: Vec<_> = scan_all(t, GetRange::new().backward())
+        .await
+        .into_iter()
+        .map(|r| r.primary_key)
+        .collect();
     assert_eq!(bwd, rev);
     // paging with a small limit gives the same rows
-    let paged: Vec<_> = scan_all(t, GetRange::new().limit(2)).await.into_iter().map(|r| r.primary_key).collect();
+    let paged: Vec<_> = scan_all(t, GetRange::new().limit(2))
+        .await
+        .into_iter()
+        .map(|r| r.primary_key)
+        .collect();
     assert_eq!(paged, expected);
 }
 
@@ -26,7 +38,10 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
     let clock = Arc::new(ManualClock::new(T0));
     let db = open(dir.path(), &clock).await;
     db.create_table(
-        TableSchema::new("k").pk("i", PkType::Integer).pk("s", PkType::String).pk("b", PkType::Binary),
+        TableSchema::new("k")
+            .pk("i", PkType::Integer)
+            .pk("s", PkType::String)
+            .pk("b", PkType::Binary),
         TableOptions::default(),
     )
     .await
@@ -39,7 +54,12 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
     for i in ints {
         for s in strs {
             for b in bins {
-                expected.push(PrimaryKey::new().with("i", i).with("s", s).with("b", b.to_vec()));
+                expected.push(
+                    PrimaryKey::new()
+                        .with("i", i)
+                        .with("s", s)
+                        .with("b", b.to_vec()),
+                );
             }
         }
     }
@@ -48,11 +68,15 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
     scrambled.sort_by_key(|k| format!("{k:?}").len() * 7919 % 101);
     let half = scrambled.len() / 2;
     for k in &scrambled[..half] {
-        t.put_row(PutRow::new(k.clone()).column("x", 1)).await.unwrap();
+        t.put_row(PutRow::new(k.clone()).column("x", 1))
+            .await
+            .unwrap();
     }
     t.flush().await.unwrap();
     for k in &scrambled[half..] {
-        t.put_row(PutRow::new(k.clone()).column("x", 1)).await.unwrap();
+        t.put_row(PutRow::new(k.clone()).column("x", 1))
+            .await
+            .unwrap();
     }
     check_order(&t, &expected).await;
     t.compact().await.unwrap();
@@ -63,7 +87,12 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
         &t,
         GetRange::new()
             .start(PkBound::new().with("i", -1).with("s", PkBoundValue::InfMin))
-            .end(PkBound::new().with("i", 1).with("s", "a").with("b", PkBoundValue::InfMax)),
+            .end(
+                PkBound::new()
+                    .with("i", 1)
+                    .with("s", "a")
+                    .with("b", PkBoundValue::InfMax),
+            ),
     )
     .await;
     let want: Vec<_> = expected
@@ -81,7 +110,10 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
         })
         .cloned()
         .collect();
-    assert_eq!(r.into_iter().map(|r| r.primary_key).collect::<Vec<_>>(), want);
+    assert_eq!(
+        r.into_iter().map(|r| r.primary_key).collect::<Vec<_>>(),
+        want
+    );
 }
 
 #[tokio::test]
@@ -92,23 +124,46 @@ async fn prefix_bounds_include_start_and_exclude_end_in_both_directions() {
     let t = card_order_table(&db, TableOptions::default()).await;
     for card in 0..5 {
         for order in ["x", "y"] {
-            t.put_row(PutRow::new(pk(card, order)).column("n", card)).await.unwrap();
+            t.put_row(PutRow::new(pk(card, order)).column("n", card))
+                .await
+                .unwrap();
         }
     }
     let cards = |rows: Vec<Row>| -> Vec<i64> {
-        rows.iter().map(|r| if let PkValue::Integer(c) = r.primary_key.columns[0].1 { c } else { -1 }).collect()
+        rows.iter()
+            .map(|r| {
+                if let PkValue::Integer(c) = r.primary_key.columns[0].1 {
+                    c
+                } else {
+                    -1
+                }
+            })
+            .collect()
     };
-    let fwd = scan_all(&t, GetRange::new().start(PkBound::new().with("card", 1)).end(PkBound::new().with("card", 3))).await;
+    let fwd = scan_all(
+        &t,
+        GetRange::new()
+            .start(PkBound::new().with("card", 1))
+            .end(PkBound::new().with("card", 3)),
+    )
+    .await;
     assert_eq!(cards(fwd), vec![1, 1, 2, 2]);
     let bwd = scan_all(
         &t,
-        GetRange::new().start(PkBound::new().with("card", 3)).end(PkBound::new().with("card", 1)).backward(),
+        GetRange::new()
+            .start(PkBound::new().with("card", 3))
+            .end(PkBound::new().with("card", 1))
+            .backward(),
     )
     .await;
     assert_eq!(cards(bwd), vec![3, 3, 2, 2]);
     // a forward range whose start is past its end is refused
     let err = t
-        .get_range(GetRange::new().start(PkBound::new().with("card", 3)).end(PkBound::new().with("card", 1)))
+        .get_range(
+            GetRange::new()
+                .start(PkBound::new().with("card", 3))
+                .end(PkBound::new().with("card", 1)),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ParameterInvalid);

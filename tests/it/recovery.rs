@@ -12,17 +12,37 @@ async fn writes_survive_reopen_with_and_without_flush() {
     let clock = Arc::new(ManualClock::new(T0));
     {
         let db = open(dir.path(), &clock).await;
-        let t = card_order_table(&db, TableOptions { max_versions: 2, ..Default::default() }).await;
+        let t = card_order_table(
+            &db,
+            TableOptions {
+                max_versions: 2,
+                ..Default::default()
+            },
+        )
+        .await;
         for i in 0..50 {
-            t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+            t.put_row(PutRow::new(pk(i, "a")).column("n", i))
+                .await
+                .unwrap();
         }
         t.flush().await.unwrap();
         for i in 50..100 {
-            t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+            t.put_row(PutRow::new(pk(i, "a")).column("n", i))
+                .await
+                .unwrap();
         }
         t.delete_row(DeleteRow::new(pk(3, "a"))).await.unwrap();
-        db.create_table(TableSchema::new("gone").pk("k", PkType::String), TableOptions::default()).await.unwrap();
-        db.table("gone").unwrap().put_row(PutRow::new(PrimaryKey::new().with("k", "x")).column("n", 1)).await.unwrap();
+        db.create_table(
+            TableSchema::new("gone").pk("k", PkType::String),
+            TableOptions::default(),
+        )
+        .await
+        .unwrap();
+        db.table("gone")
+            .unwrap()
+            .put_row(PutRow::new(PrimaryKey::new().with("k", "x")).column("n", 1))
+            .await
+            .unwrap();
         db.drop_table("gone").await.unwrap();
     }
     let db = open(dir.path(), &clock).await;
@@ -32,10 +52,26 @@ async fn writes_survive_reopen_with_and_without_flush() {
     let rows = scan_all(&t, GetRange::new()).await;
     assert_eq!(rows.len(), 99);
     assert!(t.get_row(GetRow::new(pk(3, "a"))).await.unwrap().is_none());
-    assert_eq!(t.get_row(GetRow::new(pk(77, "a"))).await.unwrap().unwrap().latest("n"), Some(&Value::Integer(77)));
+    assert_eq!(
+        t.get_row(GetRow::new(pk(77, "a")))
+            .await
+            .unwrap()
+            .unwrap()
+            .latest("n"),
+        Some(&Value::Integer(77))
+    );
     // a dropped table's name can be reused and starts empty
-    db.create_table(TableSchema::new("gone").pk("k", PkType::String), TableOptions::default()).await.unwrap();
-    assert!(scan_all(&db.table("gone").unwrap(), GetRange::new()).await.is_empty());
+    db.create_table(
+        TableSchema::new("gone").pk("k", PkType::String),
+        TableOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        scan_all(&db.table("gone").unwrap(), GetRange::new())
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -58,7 +94,9 @@ async fn a_corrupt_wal_record_in_the_middle_is_refused() {
         let db = open(dir.path(), &clock).await;
         let t = card_order_table(&db, TableOptions::default()).await;
         for i in 0..10 {
-            t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+            t.put_row(PutRow::new(pk(i, "a")).column("n", i))
+                .await
+                .unwrap();
         }
     }
     let wal = std::fs::read_dir(dir.path().join("wal"))
@@ -77,5 +115,10 @@ async fn a_corrupt_wal_record_in_the_middle_is_refused() {
     let len = bytes.len();
     std::fs::write(&wal, &bytes[..len - 2]).unwrap();
     let db = open(dir.path(), &clock).await;
-    assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await.len(), 9);
+    assert_eq!(
+        scan_all(&db.table("t").unwrap(), GetRange::new())
+            .await
+            .len(),
+        9
+    );
 }
