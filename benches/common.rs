@@ -16,11 +16,8 @@ pub fn row(i: u64) -> RowWrite {
     PutRow::new(pk)
         .column("amount", (i % 10_000) as f64 / 100.0)
         .column("seller_id", format!("seller_{}", i % 500))
-        .column(
-            "category",
-            ["food", "drink", "books", "service"][(i % 4) as usize],
-        )
+        .column("category", ["food", "drink", "books", "service"][(i % 4) as usize])
         .column("device_time", 1_700_000_000_000i64 + i as i64)
-        .column("refund", i % 31 == 0)
+        .column("refund", i.is_multiple_of(31))
         .into()
 }

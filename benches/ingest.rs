@@ -25,7 +25,9 @@ fn main() {
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::open(dir.path()).await.unwrap();
-        db.create_table(common::schema(), TableOptions::default()).await.unwrap();
+        db.create_table(common::schema(), TableOptions::default())
+            .await
+            .unwrap();
         let t = db.table("bench").unwrap();
         let start = Instant::now();
         let mut in_flight = FuturesUnordered::new();

@@ -25,12 +25,9 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::open_with(
-            dir.path(),
-            DbOptions::default().durability(Durability::None),
-        )
-        .await
-        .unwrap();
+        let db = Database::open_with(dir.path(), DbOptions::default().durability(Durability::None))
+            .await
+            .unwrap();
         db.create_table(common::schema(), TableOptions::default())
             .await
             .unwrap();
@@ -57,9 +54,7 @@ fn main() {
                 .with("order_no", format!("o{:010}", i))
         };
         for _ in 0..2000 {
-            t.get_row(GetRow::new(key(rng.random_range(0..rows))))
-                .await
-                .unwrap();
+            t.get_row(GetRow::new(key(rng.random_range(0..rows)))).await.unwrap();
         }
         for (label, n, missing) in [("existing", 20_000, false), ("missing", 5_000, true)] {
             let mut lat = Vec::with_capacity(n);

@@ -38,12 +38,7 @@ impl PutRow {
     }
 
     /// Adds a column with an explicit version (ms since the epoch).
-    pub fn column_at(
-        mut self,
-        name: impl Into<String>,
-        value: impl Into<Value>,
-        version: i64,
-    ) -> Self {
+    pub fn column_at(mut self, name: impl Into<String>, value: impl Into<Value>, version: i64) -> Self {
         self.columns.push(ColumnValue {
             name: name.into(),
             value: value.into(),
@@ -92,12 +87,7 @@ impl UpdateRow {
         self
     }
 
-    pub fn put_at(
-        mut self,
-        name: impl Into<String>,
-        value: impl Into<Value>,
-        version: i64,
-    ) -> Self {
+    pub fn put_at(mut self, name: impl Into<String>, value: impl Into<Value>, version: i64) -> Self {
         self.actions.push(UpdateAction::Put {
             name: name.into(),
             value: value.into(),
@@ -115,8 +105,7 @@ impl UpdateRow {
     }
 
     pub fn delete_all(mut self, name: impl Into<String>) -> Self {
-        self.actions
-            .push(UpdateAction::DeleteAll { name: name.into() });
+        self.actions.push(UpdateAction::DeleteAll { name: name.into() });
         self
     }
 }

@@ -72,11 +72,7 @@ pub(crate) fn put_mutation(out: &mut Vec<u8>, m: &Mutation) {
             put_varint(out, actions.len() as u64);
             for a in actions {
                 match a {
-                    Action::Put {
-                        column,
-                        version,
-                        value,
-                    } => {
+                    Action::Put { column, version, value } => {
                         out.push(0);
                         put_bytes(out, column.as_bytes());
                         put_i64(out, *version);
@@ -118,10 +114,7 @@ impl<'a> Reader<'a> {
     }
 
     pub fn u8(&mut self) -> Result<u8> {
-        let (&b, rest) = self
-            .buf
-            .split_first()
-            .ok_or_else(|| self.bad("truncated"))?;
+        let (&b, rest) = self.buf.split_first().ok_or_else(|| self.bad("truncated"))?;
         self.buf = rest;
         Ok(b)
     }
@@ -172,9 +165,7 @@ impl<'a> Reader<'a> {
                 }
                 let (b, rest) = self.buf.split_at(8);
                 self.buf = rest;
-                Value::Double(f64::from_le_bytes(
-                    b.try_into().map_err(|_| self.bad("double"))?,
-                ))
+                Value::Double(f64::from_le_bytes(b.try_into().map_err(|_| self.bad("double"))?))
             }
             2 => Value::String(self.string()?),
             3 => Value::Boolean(self.u8()? != 0),
@@ -217,9 +208,7 @@ impl<'a> Reader<'a> {
                             column: self.string()?,
                             version: self.i64()?,
                         },
-                        2 => Action::DeleteAll {
-                            column: self.string()?,
-                        },
+                        2 => Action::DeleteAll { column: self.string()? },
                         t => return Err(self.bad(&format!("unknown action tag {t}"))),
                     });
                 }

@@ -31,9 +31,7 @@ use crate::engine::validate;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::options::DbOptions;
-use crate::schema::{
-    MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, OptionsUpdate, TableOptions, TableSchema,
-};
+use crate::schema::{MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, OptionsUpdate, TableOptions, TableSchema};
 use crate::segment::{Segment, SegmentWriteOptions};
 use crate::table::Table;
 use crate::types::Row;
@@ -185,9 +183,7 @@ pub struct Database {
 
 impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Database")
-            .field("root", &self.inner.root)
-            .finish()
+        f.debug_struct("Database").field("root", &self.inner.root).finish()
     }
 }
 
@@ -209,10 +205,7 @@ impl Database {
                 .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
         );
         let catalog_log = ManifestLog::new("catalog");
-        let (catalog_version, catalog) = catalog_log
-            .load::<CatalogFile>(&*store)
-            .await?
-            .unwrap_or_default();
+        let (catalog_version, catalog) = catalog_log.load::<CatalogFile>(&*store).await?.unwrap_or_default();
 
         let mut tables = BTreeMap::new();
         // table id -> (table, flushed_seq)
@@ -220,10 +213,7 @@ impl Database {
         let mut max_seq = 0;
         for entry in &catalog.tables {
             let log = ManifestLog::new(&format!("tables/{}/manifest", entry.id));
-            let (mv, manifest) = log
-                .load::<TableManifest>(&*store)
-                .await?
-                .unwrap_or_default();
+            let (mv, manifest) = log.load::<TableManifest>(&*store).await?.unwrap_or_default();
             max_seq = max_seq.max(manifest.flushed_seq);
             let manifest_flushed = manifest.flushed_seq;
             let segments = manifest
@@ -264,12 +254,7 @@ impl Database {
                 t.state.read().active.insert(&e.key, e.seq, e.mutation);
             }
         }
-        let wal = WalWriter::create(
-            &wal_dir,
-            replayed.files,
-            options.durability,
-            options.wal_file_bytes,
-        )?;
+        let wal = WalWriter::create(&wal_dir, replayed.files, options.durability, options.wal_file_bytes)?;
 
         let flush_env = FlushEnv {
             store: store.clone(),
@@ -468,9 +453,7 @@ impl Database {
                 writes.len()
             )));
         }
-        self.inner
-            .write_many(writes.iter().map(|(t, w)| (t.as_str(), w)))
-            .await
+        self.inner.write_many(writes.iter().map(|(t, w)| (t.as_str(), w))).await
     }
 
     /// BatchGetRow: up to 100 rows across tables, each with its own result.
@@ -499,12 +482,12 @@ impl Database {
 
 impl DbInner {
     pub(crate) fn table_inner(&self, name: &str) -> Result<Arc<TableInner>> {
-        self.shared.tables.read().get(name).cloned().ok_or_else(|| {
-            Error::new(
-                ErrorKind::ObjectNotExist,
-                format!("table '{name}' does not exist"),
-            )
-        })
+        self.shared
+            .tables
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::new(ErrorKind::ObjectNotExist, format!("table '{name}' does not exist")))
     }
 
     pub(crate) fn now_ms(&self) -> i64 {
@@ -558,10 +541,7 @@ impl DbInner {
     pub(crate) async fn flush_table(&self, t: &Arc<TableInner>) -> Result<()> {
         let (done, rx) = oneshot::channel();
         self.commit_tx
-            .send(CommitMsg::Freeze {
-                table: t.clone(),
-                done,
-            })
+            .send(CommitMsg::Freeze { table: t.clone(), done })
             .await
             .map_err(|_| Error::closed())?;
         rx.await.map_err(|_| Error::closed())??;
@@ -594,8 +574,6 @@ fn lock_dir(root: &Path) -> Result<File> {
                 root.display()
             ),
         )),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(Error::io(format!("lock {}", path.display()), e))
-        }
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(format!("lock {}", path.display()), e)),
     }
 }

@@ -98,8 +98,7 @@ fn decode_value(bytes: &[u8], ty: PkType) -> Result<(PkValue, &[u8])> {
             }
             let v = if ty == PkType::String {
                 PkValue::String(
-                    String::from_utf8(out)
-                        .map_err(|_| Error::corruption("primary key string is not UTF-8"))?,
+                    String::from_utf8(out).map_err(|_| Error::corruption("primary key string is not UTF-8"))?,
                 )
             } else {
                 PkValue::Binary(out)
@@ -191,9 +190,7 @@ mod tests {
 
     #[test]
     fn strings_with_shared_prefixes_and_zero_bytes() {
-        let vals: Vec<&[u8]> = vec![
-            b"", b"\0", b"\0\0", b"\0\x01", b"a", b"a\0", b"a\0b", b"ab", b"b",
-        ];
+        let vals: Vec<&[u8]> = vec![b"", b"\0", b"\0\0", b"\0\x01", b"a", b"a\0", b"a\0b", b"ab", b"b"];
         for w in vals.windows(2) {
             let a = enc(&[PkValue::Binary(w[0].to_vec())]);
             let b = enc(&[PkValue::Binary(w[1].to_vec())]);

@@ -44,8 +44,8 @@ mod table;
 mod types;
 
 pub use api::{
-    ColumnValue, DeleteRow, Direction, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow,
-    RangeResult, RowWrite, UpdateAction, UpdateRow,
+    ColumnValue, DeleteRow, Direction, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult,
+    RowWrite, UpdateAction, UpdateRow,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::{Database, TableDescription};
@@ -53,9 +53,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use options::DbOptions;
 pub use row::ReadOptions;
 pub use schema::{
-    MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET,
-    MAX_PK_VALUE_BYTES, MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, OptionsUpdate, PkColumn,
-    TableOptions, TableSchema, validate_name,
+    MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET, MAX_PK_VALUE_BYTES,
+    MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, OptionsUpdate, PkColumn, TableOptions, TableSchema, validate_name,
 };
 pub use table::{Table, TableStats};
 pub use types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value};

@@ -56,46 +56,30 @@ impl ManifestLog {
     }
 
     /// The newest version and its number, or `None` when there is none.
-    pub async fn load<T: DeserializeOwned>(
-        &self,
-        store: &dyn ObjectStore,
-    ) -> Result<Option<(u64, T)>> {
+    pub async fn load<T: DeserializeOwned>(&self, store: &dyn ObjectStore) -> Result<Option<(u64, T)>> {
         let Some(&n) = self.versions(store).await?.last() else {
             return Ok(None);
         };
         let bytes = store.get(&self.path(n)).await?.bytes().await?;
-        let value = serde_json::from_slice(&bytes).map_err(|e| {
-            Error::corruption(format!("manifest {} cannot be read: {e}", self.path(n)))
-        })?;
+        let value = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::corruption(format!("manifest {} cannot be read: {e}", self.path(n))))?;
         Ok(Some((n, value)))
     }
 
     /// Commits `value` as version `n`; fails if version `n` already exists
     /// (another writer got there first).
-    pub async fn commit<T: Serialize>(
-        &self,
-        store: &dyn ObjectStore,
-        n: u64,
-        value: &T,
-    ) -> Result<()> {
-        let bytes =
-            serde_json::to_vec(value).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+    pub async fn commit<T: Serialize>(&self, store: &dyn ObjectStore, n: u64, value: &T) -> Result<()> {
+        let bytes = serde_json::to_vec(value).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
         };
-        match store
-            .put_opts(&self.path(n), PutPayload::from(bytes), opts)
-            .await
-        {
+        match store.put_opts(&self.path(n), PutPayload::from(bytes), opts).await {
             Ok(_) => {}
             Err(object_store::Error::AlreadyExists { .. }) => {
                 return Err(Error::new(
                     ErrorKind::Io,
-                    format!(
-                        "manifest version {} was committed by another writer",
-                        self.path(n)
-                    ),
+                    format!("manifest version {} was committed by another writer", self.path(n)),
                 ));
             }
             Err(e) => return Err(e.into()),

@@ -110,10 +110,7 @@ impl Memtable {
             if !bounds_ordered(Bound::Included(range.lo.as_slice()), hi) {
                 return out;
             }
-            for (k, ops) in map
-                .range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
-                .rev()
-            {
+            for (k, ops) in map.range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi)).rev() {
                 if !take(k, ops) {
                     break;
                 }
@@ -169,9 +166,7 @@ fn apply_ops(ops: &Ops, snapshot: u64, state: &mut RowState) -> bool {
 /// False when `BTreeMap::range` would panic or the range is empty.
 fn bounds_ordered(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
     match (lo, hi) {
-        (Bound::Included(l), Bound::Excluded(h)) | (Bound::Excluded(l), Bound::Excluded(h)) => {
-            l < h
-        }
+        (Bound::Included(l), Bound::Excluded(h)) | (Bound::Excluded(l), Bound::Excluded(h)) => l < h,
         _ => true,
     }
 }

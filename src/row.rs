@@ -20,18 +20,9 @@ use crate::types::{Cell, Value};
 /// One column action of UpdateRow.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Action {
-    Put {
-        column: String,
-        version: i64,
-        value: Value,
-    },
-    DeleteVersion {
-        column: String,
-        version: i64,
-    },
-    DeleteAll {
-        column: String,
-    },
+    Put { column: String, version: i64, value: Value },
+    DeleteVersion { column: String, version: i64 },
+    DeleteAll { column: String },
 }
 
 /// A validated single-row write, with versions already assigned.
@@ -54,17 +45,13 @@ impl Mutation {
     pub(crate) fn approx_bytes(&self) -> usize {
         let cell = |name: &str, v: &Value| 48 + name.len() + v.data_len();
         match self {
-            Mutation::Put { cells, .. } => {
-                32 + cells.iter().map(|(n, _, v)| cell(n, v)).sum::<usize>()
-            }
+            Mutation::Put { cells, .. } => 32 + cells.iter().map(|(n, _, v)| cell(n, v)).sum::<usize>(),
             Mutation::Update { actions } => {
                 32 + actions
                     .iter()
                     .map(|a| match a {
                         Action::Put { column, value, .. } => cell(column, value),
-                        Action::DeleteVersion { column, .. } | Action::DeleteAll { column } => {
-                            48 + column.len()
-                        }
+                        Action::DeleteVersion { column, .. } | Action::DeleteAll { column } => 48 + column.len(),
                     })
                     .sum::<usize>()
             }
@@ -146,11 +133,7 @@ impl RowState {
             Mutation::Update { actions } => {
                 for a in actions {
                     match a {
-                        Action::Put {
-                            column,
-                            version,
-                            value,
-                        } => {
+                        Action::Put { column, version, value } => {
                             self.columns
                                 .entry(column.clone())
                                 .or_default()
@@ -251,9 +234,7 @@ impl ReadOptions {
     }
 
     fn wants(&self, name: &str) -> bool {
-        self.columns_to_get
-            .as_ref()
-            .is_none_or(|c| c.iter().any(|n| n == name))
+        self.columns_to_get.as_ref().is_none_or(|c| c.iter().any(|n| n == name))
             && self.start_column.as_deref().is_none_or(|s| name >= s)
             && self.end_column.as_deref().is_none_or(|e| name < e)
     }
@@ -345,17 +326,11 @@ mod tests {
             upd(vec![Action::DeleteAll { column: "a".into() }]),
             upd(vec![put("a", 50, 2)]),
         ]);
-        let cells =
-            visible_cells(&s, 0, &TableOptions::default(), &ReadOptions::default()).unwrap();
+        let cells = visible_cells(&s, 0, &TableOptions::default(), &ReadOptions::default()).unwrap();
         assert_eq!(cells[0].1[0].version, 50);
         // delete row then update with an old version
-        let s = fold(&[
-            upd(vec![put("a", 100, 1)]),
-            Mutation::Delete,
-            upd(vec![put("b", 1, 3)]),
-        ]);
-        let cells =
-            visible_cells(&s, 0, &TableOptions::default(), &ReadOptions::default()).unwrap();
+        let s = fold(&[upd(vec![put("a", 100, 1)]), Mutation::Delete, upd(vec![put("b", 1, 3)])]);
+        let cells = visible_cells(&s, 0, &TableOptions::default(), &ReadOptions::default()).unwrap();
         assert_eq!(cells.len(), 1);
         assert_eq!(cells[0].0, "b");
     }
@@ -368,10 +343,7 @@ mod tests {
                 column: "a".into(),
                 version: 2,
             }]),
-            upd(vec![
-                Action::DeleteAll { column: "b".into() },
-                put("c", 7, 7),
-            ]),
+            upd(vec![Action::DeleteAll { column: "b".into() }, put("c", 7, 7)]),
             upd(vec![put("b", 3, 3)]),
             Mutation::Put {
                 row_ts: None,
@@ -414,27 +386,17 @@ mod tests {
 
     #[test]
     fn ttl_and_max_versions_hide_without_removing() {
-        let s = fold(&[upd(vec![
-            put("a", 1000, 1),
-            put("a", 2000, 2),
-            put("a", 3000, 3),
-        ])]);
+        let s = fold(&[upd(vec![put("a", 1000, 1), put("a", 2000, 2), put("a", 3000, 3)])]);
         let one = TableOptions::default();
         let all = ReadOptions {
             max_versions: Some(10),
             ..Default::default()
         };
         assert_eq!(visible_cells(&s, 0, &one, &all).unwrap()[0].1.len(), 1);
-        let three = TableOptions {
-            max_versions: 3,
-            ..one
-        };
+        let three = TableOptions { max_versions: 3, ..one };
         assert_eq!(visible_cells(&s, 0, &three, &all).unwrap()[0].1.len(), 3);
         // ttl 1 s at now = 3500 ms: versions < 2500 are expired
-        let ttl = TableOptions {
-            ttl_secs: 1,
-            ..three
-        };
+        let ttl = TableOptions { ttl_secs: 1, ..three };
         assert_eq!(visible_cells(&s, 3500, &ttl, &all).unwrap()[0].1.len(), 1);
         assert!(visible_cells(&s, 10_000, &ttl, &all).is_none());
         // the newest version beyond max_versions=1 is 3000: expired at 4500
@@ -449,10 +411,7 @@ mod tests {
             cells: vec![],
         }]);
         let o = TableOptions::default();
-        assert_eq!(
-            visible_cells(&s, 0, &o, &ReadOptions::default()),
-            Some(vec![])
-        );
+        assert_eq!(visible_cells(&s, 0, &o, &ReadOptions::default()), Some(vec![]));
         let cols = ReadOptions {
             columns_to_get: Some(vec!["x".into()]),
             ..Default::default()
@@ -480,10 +439,7 @@ mod tests {
         };
         let cells = visible_cells(&s, 0, &o, &r).unwrap();
         assert_eq!(
-            cells
-                .iter()
-                .map(|(n, c)| (n.as_str(), c.len()))
-                .collect::<Vec<_>>(),
+            cells.iter().map(|(n, c)| (n.as_str(), c.len())).collect::<Vec<_>>(),
             vec![("a", 1), ("b", 1)]
         );
         let r = ReadOptions {

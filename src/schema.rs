@@ -109,9 +109,7 @@ impl OptionsUpdate {
         TableOptions {
             ttl_secs: self.ttl_secs.unwrap_or(o.ttl_secs),
             max_versions: self.max_versions.unwrap_or(o.max_versions),
-            max_version_offset_secs: self
-                .max_version_offset_secs
-                .unwrap_or(o.max_version_offset_secs),
+            max_version_offset_secs: self.max_version_offset_secs.unwrap_or(o.max_version_offset_secs),
             allow_update: self.allow_update.unwrap_or(o.allow_update),
         }
     }
@@ -225,12 +223,7 @@ impl TableSchema {
     pub(crate) fn decode_pk(&self, encoded: &[u8]) -> Result<PrimaryKey> {
         let values = key::decode_key(encoded, &self.pk_types())?;
         Ok(PrimaryKey {
-            columns: self
-                .primary_key
-                .iter()
-                .map(|c| c.name.clone())
-                .zip(values)
-                .collect(),
+            columns: self.primary_key.iter().map(|c| c.name.clone()).zip(values).collect(),
         })
     }
 
@@ -245,12 +238,7 @@ impl TableSchema {
     /// The byte position of a range bound: keys `< pos` lie before it;
     /// `None` is past every key. A bound that gives every column sits just
     /// before that key, or just after it when `after_full_key`.
-    fn bound_position(
-        &self,
-        bound: &PkBound,
-        fill: &PkBoundValue,
-        after_full_key: bool,
-    ) -> Result<Option<Vec<u8>>> {
+    fn bound_position(&self, bound: &PkBound, fill: &PkBoundValue, after_full_key: bool) -> Result<Option<Vec<u8>>> {
         if bound.columns.len() > self.primary_key.len() {
             return Err(Error::invalid_pk(format!(
                 "range bound has {} columns but table '{}' has a {}-column primary key ({})",
@@ -285,32 +273,20 @@ impl TableSchema {
                 PkBoundValue::InfMax => return Ok(key::prefix_successor(&out)),
             }
         }
-        Ok(Some(if after_full_key {
-            key::key_successor(&out)
-        } else {
-            out
-        }))
+        Ok(Some(if after_full_key { key::key_successor(&out) } else { out }))
     }
 
     /// Turns GetRange bounds into a half-open byte range.
     ///
     /// Forward: `start <= pk < end`; backward: `start >= pk > end`. Omitted
     /// trailing columns are INF_MIN forward and INF_MAX backward.
-    pub(crate) fn key_range(
-        &self,
-        start: Option<&PkBound>,
-        end: Option<&PkBound>,
-        backward: bool,
-    ) -> Result<KeyRange> {
+    pub(crate) fn key_range(&self, start: Option<&PkBound>, end: Option<&PkBound>, backward: bool) -> Result<KeyRange> {
         let fill = if backward {
             PkBoundValue::InfMax
         } else {
             PkBoundValue::InfMin
         };
-        let pos = |b: Option<&PkBound>,
-                   default_unbounded_low: bool,
-                   after: bool|
-         -> Result<Option<Vec<u8>>> {
+        let pos = |b: Option<&PkBound>, default_unbounded_low: bool, after: bool| -> Result<Option<Vec<u8>>> {
             match b {
                 Some(b) => self.bound_position(b, &fill, after),
                 None if default_unbounded_low => Ok(Some(Vec::new())),
@@ -375,9 +351,7 @@ mod tests {
     use super::*;
 
     fn schema() -> TableSchema {
-        TableSchema::new("t")
-            .pk("a", PkType::Integer)
-            .pk("b", PkType::String)
+        TableSchema::new("t").pk("a", PkType::Integer).pk("b", PkType::String)
     }
 
     #[test]
@@ -399,20 +373,14 @@ mod tests {
         let (lo, hi) = o.version_window_secs(now_ms);
         assert_eq!(lo * 1000, 1_468_972_800_000);
         assert_eq!(hi * 1000, 1_469_145_600_000);
-        let ttl = TableOptions {
-            ttl_secs: 86400,
-            ..o
-        };
+        let ttl = TableOptions { ttl_secs: 86400, ..o };
         assert_eq!(ttl.ttl_cutoff_ms(now_ms), 1_468_972_800_000);
     }
 
     #[test]
     fn prefix_bounds_follow_direction() {
         let s = schema();
-        let k = |a: i64, b: &str| {
-            s.encode_pk(&PrimaryKey::new().with("a", a).with("b", b))
-                .unwrap()
-        };
+        let k = |a: i64, b: &str| s.encode_pk(&PrimaryKey::new().with("a", a).with("b", b)).unwrap();
         let r = s
             .key_range(
                 Some(&PkBound::new().with("a", 1)),
@@ -444,18 +412,9 @@ mod tests {
     fn pk_checks_name_type_and_size() {
         let s = schema();
         assert!(s.encode_pk(&PrimaryKey::new().with("a", 1)).is_err());
-        assert!(
-            s.encode_pk(&PrimaryKey::new().with("b", "x").with("a", 1))
-                .is_err()
-        );
-        assert!(
-            s.encode_pk(&PrimaryKey::new().with("a", "x").with("b", "x"))
-                .is_err()
-        );
+        assert!(s.encode_pk(&PrimaryKey::new().with("b", "x").with("a", 1)).is_err());
+        assert!(s.encode_pk(&PrimaryKey::new().with("a", "x").with("b", "x")).is_err());
         let big = "x".repeat(1025);
-        assert!(
-            s.encode_pk(&PrimaryKey::new().with("a", 1).with("b", big))
-                .is_err()
-        );
+        assert!(s.encode_pk(&PrimaryKey::new().with("a", 1).with("b", big)).is_err());
     }
 }

@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use crate::api::{
-    DeleteRow, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult, RowWrite,
-    UpdateRow,
+    DeleteRow, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult, RowWrite, UpdateRow,
 };
 use crate::db::DbInner;
 use crate::engine::compact;
@@ -54,11 +53,7 @@ impl Table {
     }
 
     fn check_live(&self) -> Result<()> {
-        if self
-            .inner
-            .dropped
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
+        if self.inner.dropped.load(std::sync::atomic::Ordering::Acquire) {
             return Err(Error::new(
                 ErrorKind::ObjectNotExist,
                 format!("table '{}' was dropped", self.name()),
@@ -78,9 +73,7 @@ impl Table {
     /// each gets its own result (invalid ones fail alone).
     pub async fn write_batch(&self, writes: &[RowWrite]) -> Result<Vec<Result<()>>> {
         self.check_live()?;
-        self.db
-            .write_many(writes.iter().map(|w| (self.name(), w)))
-            .await
+        self.db.write_many(writes.iter().map(|w| (self.name(), w))).await
     }
 
     pub async fn put_row(&self, p: PutRow) -> Result<()> {
@@ -130,12 +123,7 @@ impl Table {
         let snap = self.inner.snapshot(&self.db.shared().visible_seq);
         let now = self.db.now_ms();
         let limit = req.limit.unwrap_or(MAX_RANGE_ROWS).min(MAX_RANGE_ROWS);
-        let mut scan = MergeScan::new(
-            &snap,
-            range,
-            backward,
-            req.options.columns_to_get.as_deref(),
-        );
+        let mut scan = MergeScan::new(&snap, range, backward, req.options.columns_to_get.as_deref());
         let mut out = RangeResult::default();
         let mut bytes = 0usize;
         while let Some((key, state)) = scan.next().await? {
@@ -148,16 +136,9 @@ impl Table {
                 bytes += key.len()
                     + columns
                         .iter()
-                        .map(|(n, c)| {
-                            c.iter()
-                                .map(|c| n.len() + c.value.data_len())
-                                .sum::<usize>()
-                        })
+                        .map(|(n, c)| c.iter().map(|c| n.len() + c.value.data_len()).sum::<usize>())
                         .sum::<usize>();
-                out.rows.push(Row {
-                    primary_key,
-                    columns,
-                });
+                out.rows.push(Row { primary_key, columns });
             }
         }
         Ok(out)

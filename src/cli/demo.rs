@@ -52,10 +52,7 @@ pub(super) async fn run(db: &Database) -> Result<()> {
     match db.create_table(schema, options).await {
         Ok(()) => load(db).await?,
         Err(e) if e.kind() == ErrorKind::ObjectAlreadyExist => {
-            println!(
-                "-- table '{TABLE}' exists in {}; reading it",
-                db.path().display()
-            );
+            println!("-- table '{TABLE}' exists in {}; reading it", db.path().display());
         }
         Err(e) => return Err(e),
     }
@@ -85,25 +82,15 @@ pub(super) async fn run(db: &Database) -> Result<()> {
         .await?;
     println!(
         "{}",
-        row.as_ref()
-            .map(json::row_json)
-            .unwrap_or(serde_json::Value::Null)
+        row.as_ref().map(json::row_json).unwrap_or(serde_json::Value::Null)
     );
 
     println!("\n-- GetRange: card 7's three newest orders at canteen_1 (backward, limit 3)");
     let page = t
         .get_range(
             GetRange::new()
-                .start(
-                    PkBound::new()
-                        .with("card_id", 7)
-                        .with("seller_id", "canteen_1"),
-                )
-                .end(
-                    PkBound::new()
-                        .with("card_id", 7)
-                        .with("seller_id", "canteen_0"),
-                )
+                .start(PkBound::new().with("card_id", 7).with("seller_id", "canteen_1"))
+                .end(PkBound::new().with("card_id", 7).with("seller_id", "canteen_0"))
                 .backward()
                 .limit(3)
                 .options(ReadOptions {
@@ -168,36 +155,26 @@ async fn load(db: &Database) -> Result<()> {
     for card in 0..CARDS {
         for order in 0..ORDERS_PER_CARD {
             let amount = (rng.next() % 5000) as f64 / 100.0 + 0.5;
-            let device_time =
-                now - ((CARDS * ORDERS_PER_CARD - card * ORDERS_PER_CARD - order) * 1000);
+            let device_time = now - ((CARDS * ORDERS_PER_CARD - card * ORDERS_PER_CARD - order) * 1000);
             let mut p = PutRow::new(order_pk(card, order))
                 .column("amount", amount)
-                .column(
-                    "category",
-                    CATEGORIES[(rng.next() as usize) % CATEGORIES.len()],
-                )
+                .column("category", CATEGORIES[(rng.next() as usize) % CATEGORIES.len()])
                 .column("device_time", device_time);
-            if rng.next() % 10 == 0 {
+            if rng.next().is_multiple_of(10) {
                 p = p.column("coupon", format!("C{}", rng.next() % 1000));
             }
-            if rng.next() % 30 == 0 {
+            if rng.next().is_multiple_of(30) {
                 p = p.column("refund", true);
             }
             batch.push(p.into());
             if batch.len() == 200 {
-                t.write_batch(&batch)
-                    .await?
-                    .into_iter()
-                    .collect::<Result<Vec<_>>>()?;
+                t.write_batch(&batch).await?.into_iter().collect::<Result<Vec<_>>>()?;
                 batch.clear();
             }
         }
     }
     if !batch.is_empty() {
-        t.write_batch(&batch)
-            .await?
-            .into_iter()
-            .collect::<Result<Vec<_>>>()?;
+        t.write_batch(&batch).await?.into_iter().collect::<Result<Vec<_>>>()?;
     }
     // Corrections: some amounts get newer versions.
     let now = db_now();
@@ -205,8 +182,7 @@ async fn load(db: &Database) -> Result<()> {
         let pk = order_pk(card, 0);
         t.update_row(UpdateRow::new(pk.clone()).put_at("amount", 1.25, now + 1))
             .await?;
-        t.update_row(UpdateRow::new(pk).put_at("amount", 2.5, now + 2))
-            .await?;
+        t.update_row(UpdateRow::new(pk).put_at("amount", 2.5, now + 2)).await?;
     }
     println!(
         "-- loaded {} consumption records into {}",

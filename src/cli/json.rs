@@ -27,11 +27,10 @@ fn describe(j: &Json) -> String {
 
 fn parse_binary(obj: &Map<String, Json>, what: &str) -> Result<Option<Vec<u8>>> {
     match (obj.len(), obj.get("binary")) {
-        (1, Some(Json::String(s))) => B64.decode(s).map(Some).map_err(|e| {
-            Error::param(format!(
-                "{what}: {{\"binary\": ...}} must hold base64 text: {e}"
-            ))
-        }),
+        (1, Some(Json::String(s))) => B64
+            .decode(s)
+            .map(Some)
+            .map_err(|e| Error::param(format!("{what}: {{\"binary\": ...}} must hold base64 text: {e}"))),
         (_, Some(_)) => Err(Error::param(format!(
             "{what}: {{\"binary\": ...}} must hold one base64 string and nothing else"
         ))),
@@ -138,12 +137,9 @@ pub fn parse_pk(schema: &TableSchema, j: &Json) -> Result<PrimaryKey> {
     check_pk_names(schema, obj)?;
     let mut pk = PrimaryKey::new();
     for c in &schema.primary_key {
-        let v = obj.get(&c.name).ok_or_else(|| {
-            Error::invalid_pk(format!(
-                "primary key is missing column '{}' ({})",
-                c.name, c.pk_type
-            ))
-        })?;
+        let v = obj
+            .get(&c.name)
+            .ok_or_else(|| Error::invalid_pk(format!("primary key is missing column '{}' ({})", c.name, c.pk_type)))?;
         pk.columns
             .push((c.name.clone(), parse_pk_value(v, c.pk_type, &c.name)?));
     }
@@ -186,12 +182,12 @@ pub fn parse_bound(schema: &TableSchema, j: &Json) -> Result<PkBound> {
 
 /// One NDJSON operation line.
 pub fn parse_op(schema: &TableSchema, line: &str) -> Result<RowWrite> {
-    let j: Json =
-        serde_json::from_str(line).map_err(|e| Error::param(format!("not valid JSON: {e}")))?;
+    let j: Json = serde_json::from_str(line).map_err(|e| Error::param(format!("not valid JSON: {e}")))?;
     let obj = as_object(&j, "an operation")?;
-    let op = obj.get("op").and_then(|o| o.as_str()).ok_or_else(|| {
-        Error::param("an operation needs \"op\": \"put\", \"update\" or \"delete\"")
-    })?;
+    let op = obj
+        .get("op")
+        .and_then(|o| o.as_str())
+        .ok_or_else(|| Error::param("an operation needs \"op\": \"put\", \"update\" or \"delete\""))?;
     let allowed: &[&str] = match op {
         "put" => &["op", "pk", "columns", "condition"],
         "update" => &["op", "pk", "put", "delete", "delete_all", "condition"],
@@ -270,15 +266,10 @@ pub fn parse_op(schema: &TableSchema, line: &str) -> Result<RowWrite> {
                     ))
                 })?;
                 for n in names {
-                    let name = n.as_str().ok_or_else(|| {
-                        Error::param(format!(
-                            "\"delete_all\": {} is not a column name",
-                            describe(n)
-                        ))
-                    })?;
-                    u.actions.push(UpdateAction::DeleteAll {
-                        name: name.to_string(),
-                    });
+                    let name = n
+                        .as_str()
+                        .ok_or_else(|| Error::param(format!("\"delete_all\": {} is not a column name", describe(n))))?;
+                    u.actions.push(UpdateAction::DeleteAll { name: name.to_string() });
                 }
             }
             RowWrite::Update(u)
@@ -291,9 +282,7 @@ pub fn value_json(v: &Value) -> Json {
     match v {
         Value::Integer(i) => Json::from(*i),
         // serde_json prints a finite f64 with a fraction or exponent (12.0).
-        Value::Double(d) => serde_json::Number::from_f64(*d)
-            .map(Json::Number)
-            .unwrap_or(Json::Null),
+        Value::Double(d) => serde_json::Number::from_f64(*d).map(Json::Number).unwrap_or(Json::Null),
         Value::String(s) => Json::String(s.clone()),
         Value::Boolean(b) => Json::Bool(*b),
         Value::Binary(b) => binary_json(b),
@@ -353,8 +342,7 @@ mod tests {
 
     #[test]
     fn value_forms() {
-        let j: Json =
-            serde_json::from_str(r#"[3, 3.0, 1e2, "x", true, {"binary":"aGk="}]"#).unwrap();
+        let j: Json = serde_json::from_str(r#"[3, 3.0, 1e2, "x", true, {"binary":"aGk="}]"#).unwrap();
         let vals: Vec<_> = j
             .as_array()
             .unwrap()

@@ -131,10 +131,7 @@ pub enum Command {
     /// Print a table's definition as JSON
     Describe { table: String },
     /// Apply NDJSON operations from FILE or stdin
-    Write {
-        table: String,
-        file: Option<PathBuf>,
-    },
+    Write { table: String, file: Option<PathBuf> },
     /// Print one row as JSON, or null
     Get {
         table: String,
@@ -175,10 +172,7 @@ pub fn main() -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -202,8 +196,7 @@ fn data_dir(cli: &Cli) -> PathBuf {
 }
 
 fn parse_json(s: &str, what: &str) -> Result<Json> {
-    serde_json::from_str(s)
-        .map_err(|e| Error::param(format!("{what} is not valid JSON ({e}): {s}")))
+    serde_json::from_str(s).map_err(|e| Error::param(format!("{what} is not valid JSON ({e}): {s}")))
 }
 
 async fn run(cli: Cli) -> Result<i32> {
@@ -321,17 +314,13 @@ const WRITE_IN_FLIGHT: usize = 16;
 /// batches (so one fsync covers many), and prints each line's result in
 /// input order once it is durable.
 async fn write_ops(table: &Table, file: Option<PathBuf>) -> Result<i32> {
-    let (tx, mut rx) =
-        tokio::sync::mpsc::channel::<std::io::Result<String>>(WRITE_BATCH * WRITE_IN_FLIGHT);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(WRITE_BATCH * WRITE_IN_FLIGHT);
     let reader = std::thread::spawn(move || {
         let input: Box<dyn std::io::BufRead> = match file {
             Some(path) => match std::fs::File::open(&path) {
                 Ok(f) => Box::new(std::io::BufReader::new(f)),
                 Err(e) => {
-                    let _ = tx.blocking_send(Err(std::io::Error::new(
-                        e.kind(),
-                        format!("{}: {e}", path.display()),
-                    )));
+                    let _ = tx.blocking_send(Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))));
                     return;
                 }
             },

@@ -63,12 +63,7 @@ pub(crate) trait CommitHost: Send + Sync + 'static {
 /// Most bytes of WAL payload in one group.
 const MAX_GROUP_BYTES: usize = 8 << 20;
 
-pub(crate) fn run(
-    host: Arc<dyn CommitHost>,
-    mut wal: WalWriter,
-    mut next_seq: u64,
-    mut rx: mpsc::Receiver<CommitMsg>,
-) {
+pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u64, mut rx: mpsc::Receiver<CommitMsg>) {
     let mut payload = Vec::with_capacity(1 << 20);
     let mut failed: Option<Error> = None;
     while let Some(first) = rx.blocking_recv() {
@@ -187,8 +182,7 @@ fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>, s
     {
         let mut st = table.state.write();
         if !st.active.is_empty() {
-            let frozen =
-                std::mem::replace(&mut st.active, Arc::new(crate::memtable::Memtable::new()));
+            let frozen = std::mem::replace(&mut st.active, Arc::new(crate::memtable::Memtable::new()));
             st.immutables.push(frozen);
         }
     }
@@ -219,13 +213,7 @@ fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
 fn stall_if_over_budget(host: &dyn CommitHost) {
     let budget = host.write_buffer_bytes();
     let start = Instant::now();
-    while host
-        .live_tables()
-        .iter()
-        .map(|t| t.unflushed_bytes())
-        .sum::<usize>()
-        > budget
-    {
+    while host.live_tables().iter().map(|t| t.unflushed_bytes()).sum::<usize>() > budget {
         if start.elapsed() > Duration::from_secs(30) {
             break;
         }

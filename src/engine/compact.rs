@@ -59,11 +59,10 @@ pub(crate) async fn compact_all(
             pending_bytes = 0;
             let schema = table.schema.clone();
             let opts = env.segment_options;
-            let (bytes, mut meta) = tokio::task::spawn_blocking(move || {
-                write_segment(&schema, &states, (min_seq, max_seq), opts)
-            })
-            .await
-            .map_err(|e| crate::Error::io("compaction task", e))??;
+            let (bytes, mut meta) =
+                tokio::task::spawn_blocking(move || write_segment(&schema, &states, (min_seq, max_seq), opts))
+                    .await
+                    .map_err(|e| crate::Error::io("compaction task", e))??;
             meta.id = next.next_segment_id;
             meta.path = format!("tables/{}/segments/{:020}.parquet", table.id, meta.id);
             next.next_segment_id += 1;
@@ -85,10 +84,7 @@ pub(crate) async fn compact_all(
     next.segments = outputs.clone();
     next.segments.extend(newer);
     let version = manifest.0 + 1;
-    table
-        .manifest_log
-        .commit(&*env.store, version, &next)
-        .await?;
+    table.manifest_log.commit(&*env.store, version, &next).await?;
     sync_object(env, table.manifest_log.path(version).as_ref()).await?;
     *manifest = (version, next);
     {
@@ -97,12 +93,7 @@ pub(crate) async fn compact_all(
             .into_iter()
             .map(|m| Arc::new(Segment::new(m, env.store.clone())))
             .collect();
-        segs.extend(
-            st.segments
-                .iter()
-                .filter(|s| !input_ids.contains(&s.meta.id))
-                .cloned(),
-        );
+        segs.extend(st.segments.iter().filter(|s| !input_ids.contains(&s.meta.id)).cloned());
         st.segments = Arc::new(segs);
     }
     // Inputs are deleted once the last reader holding them lets go.
@@ -153,12 +144,6 @@ fn approx_state_bytes(key: &[u8], st: &RowState) -> usize {
         + 64
         + st.columns
             .iter()
-            .map(|(n, c)| {
-                n.len()
-                    + c.versions
-                        .iter()
-                        .map(|(_, v)| 24 + v.data_len())
-                        .sum::<usize>()
-            })
+            .map(|(n, c)| n.len() + c.versions.iter().map(|(_, v)| 24 + v.data_len()).sum::<usize>())
             .sum::<usize>()
 }

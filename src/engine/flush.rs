@@ -61,10 +61,7 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
             new_segment = Some(Arc::new(Segment::new(meta, env.store.clone())));
         }
         let version = manifest.0 + 1;
-        table
-            .manifest_log
-            .commit(&*env.store, version, &next)
-            .await?;
+        table.manifest_log.commit(&*env.store, version, &next).await?;
         sync_object(env, table.manifest_log.path(version).as_ref()).await?;
         *manifest = (version, next);
         {
@@ -82,9 +79,7 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
 
 /// Writes an object and, on a local disk, fsyncs it and its directory.
 pub(crate) async fn put_durable(env: &FlushEnv, path: &str, bytes: Vec<u8>) -> Result<()> {
-    env.store
-        .put(&Path::from(path), PutPayload::from(bytes))
-        .await?;
+    env.store.put(&Path::from(path), PutPayload::from(bytes)).await?;
     sync_object(env, path).await
 }
 

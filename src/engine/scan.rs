@@ -41,12 +41,7 @@ pub(crate) struct MergeScan {
 }
 
 impl MergeScan {
-    pub fn new(
-        snap: &Snapshot,
-        range: KeyRange,
-        backward: bool,
-        columns: Option<&[String]>,
-    ) -> Self {
+    pub fn new(snap: &Snapshot, range: KeyRange, backward: bool, columns: Option<&[String]>) -> Self {
         let mut sources = Vec::new();
         let mut age = 0;
         for seg in snap.segments.iter() {
@@ -57,12 +52,7 @@ impl MergeScan {
             sources.push(Source {
                 age,
                 buf: VecDeque::new(),
-                feed: Feed::Seg(SegmentCursor::new(
-                    seg.clone(),
-                    range.clone(),
-                    backward,
-                    columns,
-                )),
+                feed: Feed::Seg(SegmentCursor::new(seg.clone(), range.clone(), backward, columns)),
                 done: false,
             });
         }

@@ -108,21 +108,13 @@ impl TableInner {
 
     pub fn unflushed_bytes(&self) -> usize {
         let st = self.state.read();
-        st.immutables
-            .iter()
-            .map(|m| m.approx_bytes())
-            .sum::<usize>()
-            + st.active.approx_bytes()
+        st.immutables.iter().map(|m| m.approx_bytes()).sum::<usize>() + st.active.approx_bytes()
     }
 }
 
 impl Snapshot {
     /// The merged state of one key, or `None` when no source has it.
-    pub async fn get_state(
-        &self,
-        key: &[u8],
-        columns: Option<&[String]>,
-    ) -> Result<Option<RowState>> {
+    pub async fn get_state(&self, key: &[u8], columns: Option<&[String]>) -> Result<Option<RowState>> {
         // Newest memtable first: a PutRow / DeleteRow there hides all older
         // sources, and then no segment needs to be read.
         let mut start_mem = 0;

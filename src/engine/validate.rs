@@ -4,8 +4,7 @@ use crate::api::{RowWrite, UpdateAction};
 use crate::error::{Error, ErrorKind, Result};
 use crate::row::{Action, Mutation};
 use crate::schema::{
-    MAX_COLUMNS_PER_WRITE, MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, TableOptions, TableSchema,
-    validate_name,
+    MAX_COLUMNS_PER_WRITE, MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, TableOptions, TableSchema, validate_name,
 };
 use crate::types::Value;
 
@@ -53,9 +52,7 @@ pub(crate) fn to_mutation(
         if n > MAX_COLUMNS_PER_WRITE {
             return Err(Error::new(
                 ErrorKind::OutOfColumnCountLimit,
-                format!(
-                    "the write has {n} columns; at most {MAX_COLUMNS_PER_WRITE} are accepted per row"
-                ),
+                format!("the write has {n} columns; at most {MAX_COLUMNS_PER_WRITE} are accepted per row"),
             ));
         }
         Ok(())
@@ -88,11 +85,7 @@ pub(crate) fn to_mutation(
             let mut actions = Vec::with_capacity(u.actions.len());
             for a in &u.actions {
                 actions.push(match a {
-                    UpdateAction::Put {
-                        name,
-                        value,
-                        version,
-                    } => {
+                    UpdateAction::Put { name, value, version } => {
                         let version = version.unwrap_or(now_ms);
                         check_cell(name, Some(value), Some(version))?;
                         Action::Put {
@@ -110,9 +103,7 @@ pub(crate) fn to_mutation(
                     }
                     UpdateAction::DeleteAll { name } => {
                         check_cell(name, None, None)?;
-                        Action::DeleteAll {
-                            column: name.clone(),
-                        }
+                        Action::DeleteAll { column: name.clone() }
                     }
                 });
             }
@@ -123,21 +114,13 @@ pub(crate) fn to_mutation(
     if row_bytes > MAX_ROW_WRITE_BYTES {
         return Err(Error::new(
             ErrorKind::OutOfRowSizeLimit,
-            format!(
-                "the row write is {row_bytes} bytes; at most {MAX_ROW_WRITE_BYTES} are accepted"
-            ),
+            format!("the row write is {row_bytes} bytes; at most {MAX_ROW_WRITE_BYTES} are accepted"),
         ));
     }
     Ok((key, mutation))
 }
 
-fn check_version(
-    schema: &TableSchema,
-    opts: &TableOptions,
-    now_ms: i64,
-    column: &str,
-    version: i64,
-) -> Result<()> {
+fn check_version(schema: &TableSchema, opts: &TableOptions, now_ms: i64, column: &str, version: i64) -> Result<()> {
     let (lo, hi) = opts.version_window_secs(now_ms);
     let v = version.div_euclid(1000);
     if v < lo || v >= hi {

@@ -99,11 +99,7 @@ pub(crate) fn arrow_schema(table: &TableSchema, columns: &[(String, TypeSet)]) -
     fields.push(Field::new(ROW_TS, DataType::Int64, true));
     fields.push(Field::new(TOMB, DataType::Binary, true));
     for (name, types) in columns {
-        fields.push(Field::new(
-            name,
-            DataType::Struct(struct_fields(*types)),
-            true,
-        ));
+        fields.push(Field::new(name, DataType::Struct(struct_fields(*types)), true));
     }
     Arc::new(Schema::new(fields))
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::bloom_filter::Sbbf;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
@@ -54,6 +55,8 @@ pub(crate) struct Segment {
     pub max_key: Vec<u8>,
     store: Arc<dyn ObjectStore>,
     reader_meta: OnceCell<ArrowReaderMetadata>,
+    /// The `__pk` bloom filter of each row group, read once.
+    blooms: OnceCell<Vec<Option<Sbbf>>>,
     /// Set when no manifest references the file any more: it is deleted
     /// when the last reader holding this segment drops it.
     obsolete: AtomicBool,
@@ -66,15 +69,12 @@ impl Drop for Segment {
         }
         let store = self.store.clone();
         let path = self.object_path();
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(async move {
-                    let _ = store.delete(&path).await;
-                });
-            }
-            // No runtime (shutdown): the file stays as an orphan that no
-            // manifest names; it is harmless.
-            Err(_) => {}
+        // Without a runtime (shutdown) the file stays as an orphan that no
+        // manifest names; it is harmless.
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let _ = store.delete(&path).await;
+            });
         }
     }
 }
@@ -88,6 +88,7 @@ impl Segment {
             max_key,
             store,
             reader_meta: OnceCell::new(),
+            blooms: OnceCell::new(),
             obsolete: AtomicBool::new(false),
         }
     }

@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, AsArray, BinaryArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
-    StructArray, UInt8Array, UInt16Array, UInt64Array,
+    Array, AsArray, BinaryArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, StructArray,
+    UInt8Array, UInt16Array, UInt64Array,
 };
 use arrow::datatypes::{Int64Type, UInt8Type, UInt16Type, UInt64Type};
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use object_store::ObjectStoreExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
@@ -38,8 +39,7 @@ impl Segment {
         self.reader_meta
             .get_or_try_init(|| async {
                 let mut reader = self.object_reader();
-                let opts =
-                    ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+                let opts = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
                 ArrowReaderMetadata::load_async(&mut reader, opts)
                     .await
                     .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
@@ -55,13 +55,40 @@ impl Segment {
         }
     }
 
+    /// The `__pk` bloom filters of every row group, read once and cached.
+    async fn blooms(&self) -> Result<&Vec<Option<Sbbf>>> {
+        self.blooms
+            .get_or_try_init(|| async {
+                let meta = self.reader_metadata().await?.clone();
+                let n = meta.metadata().num_row_groups();
+                let mut b = ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(), meta);
+                let mut out = Vec::with_capacity(n);
+                for rg in 0..n {
+                    out.push(
+                        b.get_row_group_column_bloom_filter(rg, 0)
+                            .await
+                            .map_err(|e| Error::corruption(format!("segment {} bloom filter: {e}", self.meta.path)))?,
+                    );
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// True when some row group may hold `key` (key statistics and the
+    /// bloom filter say it might).
+    async fn may_contain(&self, key: &[u8]) -> Result<bool> {
+        let md = self.reader_metadata().await?.metadata().clone();
+        let blooms = self.blooms().await?;
+        let range = KeyRange::point(key);
+        Ok((0..md.num_row_groups()).any(|rg| {
+            row_group_overlaps(&md, rg, &range) && blooms.get(rg).and_then(|b| b.as_ref()).is_none_or(|b| b.check(key))
+        }))
+    }
+
     /// The state of one key in this segment, if it has it.
-    pub async fn get(
-        self: &Arc<Self>,
-        key: &[u8],
-        columns: Option<&[String]>,
-    ) -> Result<Option<RowState>> {
-        if key < self.min_key.as_slice() || key > self.max_key.as_slice() {
+    pub async fn get(self: &Arc<Self>, key: &[u8], columns: Option<&[String]>) -> Result<Option<RowState>> {
+        if key < self.min_key.as_slice() || key > self.max_key.as_slice() || !self.may_contain(key).await? {
             return Ok(None);
         }
         let mut cursor = SegmentCursor::new(self.clone(), KeyRange::point(key), false, columns);
@@ -86,30 +113,15 @@ fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
 }
 
 impl AsyncFileReader for SegmentFileReader {
-    fn get_bytes(
-        &mut self,
-        range: std::ops::Range<u64>,
-    ) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move {
-            self.store
-                .get_range(&self.path, range)
-                .await
-                .map_err(to_parquet_err)
-        }
-        .boxed()
+    fn get_bytes(&mut self, range: std::ops::Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move { self.store.get_range(&self.path, range).await.map_err(to_parquet_err) }.boxed()
     }
 
     fn get_byte_ranges(
         &mut self,
         ranges: Vec<std::ops::Range<u64>>,
     ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        async move {
-            self.store
-                .get_ranges(&self.path, &ranges)
-                .await
-                .map_err(to_parquet_err)
-        }
-        .boxed()
+        async move { self.store.get_ranges(&self.path, &ranges).await.map_err(to_parquet_err) }.boxed()
     }
 
     fn get_metadata<'a>(
@@ -140,12 +152,7 @@ pub(crate) struct SegmentCursor {
 
 impl SegmentCursor {
     /// `columns`: the attribute columns to read (`None`: all of them).
-    pub fn new(
-        seg: Arc<Segment>,
-        range: KeyRange,
-        backward: bool,
-        columns: Option<&[String]>,
-    ) -> Self {
+    pub fn new(seg: Arc<Segment>, range: KeyRange, backward: bool, columns: Option<&[String]>) -> Self {
         SegmentCursor {
             seg,
             range,
@@ -183,11 +190,7 @@ impl SegmentCursor {
         }
     }
 
-    async fn read_row_group(
-        &self,
-        meta: &ArrowReaderMetadata,
-        rg: usize,
-    ) -> Result<Vec<(Vec<u8>, RowState)>> {
+    async fn read_row_group(&self, meta: &ArrowReaderMetadata, rg: usize) -> Result<Vec<(Vec<u8>, RowState)>> {
         let md = meta.metadata();
         let schema = meta.schema();
         let wanted: Vec<usize> = schema
@@ -198,28 +201,17 @@ impl SegmentCursor {
                 let name = f.name().as_str();
                 matches!(
                     name,
-                    format::PK
-                        | format::SEQ
-                        | format::RANK
-                        | format::ROW
-                        | format::ROW_TS
-                        | format::TOMB
+                    format::PK | format::SEQ | format::RANK | format::ROW | format::ROW_TS | format::TOMB
                 ) || (matches!(f.data_type(), arrow::datatypes::DataType::Struct(_))
-                    && self
-                        .columns
-                        .as_ref()
-                        .is_none_or(|c| c.iter().any(|n| n == name)))
+                    && self.columns.as_ref().is_none_or(|c| c.iter().any(|n| n == name)))
             })
             .map(|(i, _)| i)
             .collect();
         let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), wanted);
-        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
-            self.seg.object_reader(),
-            meta.clone(),
-        )
-        .with_row_groups(vec![rg])
-        .with_projection(mask)
-        .with_batch_size(8192);
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(self.seg.object_reader(), meta.clone())
+            .with_row_groups(vec![rg])
+            .with_projection(mask)
+            .with_batch_size(8192);
         if let Some(sel) = page_selection(md, rg, &self.range) {
             builder = builder.with_row_selection(sel);
         }
@@ -228,11 +220,9 @@ impl SegmentCursor {
             .map_err(|e| Error::corruption(format!("segment {}: {e}", self.seg.meta.path)))?;
         let mut out: Vec<(Vec<u8>, RowState)> = Vec::new();
         while let Some(batch) = stream.next().await {
-            let batch =
-                batch.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
-            decode_batch(&batch, &self.range, &mut out).map_err(|e| {
-                Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message()))
-            })?;
+            let batch = batch.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
+            decode_batch(&batch, &self.range, &mut out)
+                .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
         }
         Ok(out)
     }
@@ -273,16 +263,11 @@ fn page_selection(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> Option<R
     let (first, last) = match (first, last) {
         (Some(f), Some(l)) => (f, l),
         _ => {
-            return Some(RowSelection::from_consecutive_ranges(
-                std::iter::empty(),
-                total,
-            ));
+            return Some(RowSelection::from_consecutive_ranges(std::iter::empty(), total));
         }
     };
     let start = pages[first].first_row_index as usize;
-    let end = pages
-        .get(last + 1)
-        .map_or(total, |p| p.first_row_index as usize);
+    let end = pages.get(last + 1).map_or(total, |p| p.first_row_index as usize);
     Some(RowSelection::from_consecutive_ranges(
         std::iter::once(start..end),
         total,
@@ -332,11 +317,7 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
 
 /// Appends the key states of `batch` that fall in `range` to `out`. A key's
 /// ranks are consecutive rows; a key may continue from the previous batch.
-fn decode_batch(
-    batch: &RecordBatch,
-    range: &KeyRange,
-    out: &mut Vec<(Vec<u8>, RowState)>,
-) -> Result<()> {
+fn decode_batch(batch: &RecordBatch, range: &KeyRange, out: &mut Vec<(Vec<u8>, RowState)>) -> Result<()> {
     let pk = column(batch, format::PK)?.as_binary::<i32>();
     let seq = column(batch, format::SEQ)?.as_primitive::<UInt64Type>();
     let rank: &UInt16Array = column(batch, format::RANK)?.as_primitive::<UInt16Type>();
@@ -355,9 +336,7 @@ fn decode_batch(
             valid: st,
             ts: child(format::TS)
                 .and_then(|a| a.as_primitive_opt::<Int64Type>())
-                .ok_or_else(|| {
-                    Error::corruption(format!("column {} has no ts child", field.name()))
-                })?,
+                .ok_or_else(|| Error::corruption(format!("column {} has no ts child", field.name())))?,
             i: child("i").and_then(|a| a.as_primitive_opt::<Int64Type>()),
             d: child("d").and_then(|a| a.as_primitive_opt::<arrow::datatypes::Float64Type>()),
             s: child("s").and_then(|a| a.as_string_opt::<i32>()),
@@ -388,11 +367,7 @@ fn decode_batch(
         };
         for a in &attrs {
             if let Some(cell) = a.value(r) {
-                st.columns
-                    .entry(a.name.clone())
-                    .or_default()
-                    .versions
-                    .push(cell);
+                st.columns.entry(a.name.clone()).or_default().versions.push(cell);
             }
         }
     }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use arrow::array::builder::NullBufferBuilder;
 use arrow::array::{
-    ArrayRef, BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, RecordBatch,
-    StringBuilder, StructArray, UInt8Builder, UInt16Builder, UInt64Builder,
+    ArrayRef, BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, RecordBatch, StringBuilder, StructArray,
+    UInt8Builder, UInt16Builder, UInt64Builder,
 };
 use arrow::datatypes::Schema;
 use parquet::arrow::ArrowWriter;
@@ -60,10 +60,7 @@ pub(crate) fn write_segment(
             }
         }
     }
-    let columns: Vec<(String, TypeSet)> = columns
-        .into_iter()
-        .map(|(n, t)| (n.to_string(), t))
-        .collect();
+    let columns: Vec<(String, TypeSet)> = columns.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
     let schema = format::arrow_schema(table, &columns);
     let props = writer_properties(table, opts, states.len());
     let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
@@ -88,14 +85,8 @@ pub(crate) fn write_segment(
         id: 0,
         path: String::new(),
         size_bytes: bytes.len() as u64,
-        min_key: states
-            .first()
-            .map(|(k, _)| hex_encode(k))
-            .unwrap_or_default(),
-        max_key: states
-            .last()
-            .map(|(k, _)| hex_encode(k))
-            .unwrap_or_default(),
+        min_key: states.first().map(|(k, _)| hex_encode(k)).unwrap_or_default(),
+        max_key: states.last().map(|(k, _)| hex_encode(k)).unwrap_or_default(),
         num_keys: states.len() as u64,
         num_rows,
         min_seq: seq_range.0,
@@ -105,11 +96,7 @@ pub(crate) fn write_segment(
     Ok((bytes, meta))
 }
 
-fn writer_properties(
-    table: &TableSchema,
-    opts: SegmentWriteOptions,
-    keys: usize,
-) -> WriterProperties {
+fn writer_properties(table: &TableSchema, opts: SegmentWriteOptions, keys: usize) -> WriterProperties {
     let pk = ColumnPath::from(format::PK);
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
@@ -128,10 +115,7 @@ fn writer_properties(
         .set_column_bloom_filter_fpp(pk.clone(), 0.01)
         .set_column_bloom_filter_max_ndv(pk, keys.clamp(1, opts.row_group_rows) as u64);
     for c in &table.primary_key {
-        b = b.set_column_statistics_enabled(
-            ColumnPath::from(c.name.as_str()),
-            EnabledStatistics::Page,
-        );
+        b = b.set_column_statistics_enabled(ColumnPath::from(c.name.as_str()), EnabledStatistics::Page);
     }
     b.build()
 }
@@ -217,11 +201,7 @@ impl AttrBuilder {
             }
         }
         let fields = format::struct_fields(self.types);
-        Ok(Arc::new(StructArray::try_new(
-            fields,
-            children,
-            self.valid.finish(),
-        )?))
+        Ok(Arc::new(StructArray::try_new(fields, children, self.valid.finish())?))
     }
 }
 
@@ -264,13 +244,7 @@ impl BatchBuilder {
 
     fn push_key(&mut self, table: &TableSchema, key: &[u8], st: &RowState) -> Result<()> {
         let pk = table.decode_pk(key)?;
-        let ranks = st
-            .columns
-            .values()
-            .map(|c| c.versions.len())
-            .max()
-            .unwrap_or(0)
-            .max(1);
+        let ranks = st.columns.values().map(|c| c.versions.len()).max().unwrap_or(0).max(1);
         let ranks = u16::try_from(ranks).map_err(|_| {
             Error::param(format!(
                 "a cell of table '{}' holds more than {} versions; lower max_versions",
@@ -294,9 +268,7 @@ impl BatchBuilder {
                     (PkBuilder::Str(b), PkValue::String(x)) => b.append_value(x),
                     (PkBuilder::Bin(b), PkValue::Binary(x)) => b.append_value(x),
                     _ => {
-                        return Err(Error::corruption(
-                            "primary key does not match the table schema",
-                        ));
+                        return Err(Error::corruption("primary key does not match the table schema"));
                     }
                 }
             }

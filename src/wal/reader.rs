@@ -20,16 +20,12 @@ pub(crate) struct Replayed {
 /// anywhere else fails with a corruption error.
 pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
     let mut numbers = Vec::new();
-    let rd = std::fs::read_dir(dir)
-        .map_err(|e| Error::io(format!("list WAL directory {}", dir.display()), e))?;
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(format!("list WAL directory {}", dir.display()), e))?;
     for ent in rd {
         let ent = ent.map_err(|e| Error::io(format!("list WAL directory {}", dir.display()), e))?;
         let name = ent.file_name();
         let name = name.to_string_lossy();
-        if let Some(n) = name
-            .strip_suffix(".log")
-            .and_then(|s| s.parse::<u64>().ok())
-        {
+        if let Some(n) = name.strip_suffix(".log").and_then(|s| s.parse::<u64>().ok()) {
             numbers.push(n);
         }
     }
@@ -42,19 +38,14 @@ pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
     for (i, &number) in numbers.iter().enumerate() {
         let is_last = i + 1 == numbers.len();
         let path = dir.join(file_name(number));
-        let data = std::fs::read(&path)
-            .map_err(|e| Error::io(format!("read WAL file {}", path.display()), e))?;
+        let data = std::fs::read(&path).map_err(|e| Error::io(format!("read WAL file {}", path.display()), e))?;
         let mut pos = 0usize;
         let mut max_seq = 0;
         while pos < data.len() {
             match parse_record(&data[pos..]) {
                 Ok((payload, len)) => {
                     let entries = decode_payload(payload).map_err(|e| {
-                        Error::corruption(format!(
-                            "WAL file {} at offset {pos}: {}",
-                            path.display(),
-                            e.message()
-                        ))
+                        Error::corruption(format!("WAL file {} at offset {pos}: {}", path.display(), e.message()))
                     })?;
                     max_seq = entries.iter().map(|e| e.seq).fold(max_seq, u64::max);
                     out.entries.extend(entries);
@@ -68,12 +59,7 @@ pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
                         .map_err(|e| Error::io(format!("open WAL file {}", path.display()), e))?;
                     f.set_len(pos as u64)
                         .and_then(|_| f.sync_all())
-                        .map_err(|e| {
-                            Error::io(
-                                format!("truncate torn tail of WAL file {}", path.display()),
-                                e,
-                            )
-                        })?;
+                        .map_err(|e| Error::io(format!("truncate torn tail of WAL file {}", path.display()), e))?;
                     break;
                 }
                 Err(e) => {

@@ -26,12 +26,7 @@ pub(crate) struct WalWriter {
 
 impl WalWriter {
     /// Starts a new file numbered after `sealed` (files found by recovery).
-    pub fn create(
-        dir: &Path,
-        sealed: Vec<(u64, u64)>,
-        durability: Durability,
-        file_limit: u64,
-    ) -> Result<Self> {
+    pub fn create(dir: &Path, sealed: Vec<(u64, u64)>, durability: Durability, file_limit: u64) -> Result<Self> {
         let number = sealed.iter().map(|(n, _)| *n + 1).max().unwrap_or(1);
         let file = open_new(dir, number)?;
         Ok(WalWriter {
@@ -54,23 +49,18 @@ impl WalWriter {
         if self.size >= self.file_limit {
             self.rotate()?;
         }
-        let len = u32::try_from(payload.len())
-            .map_err(|_| Error::param("group commit larger than 4 GiB"))?;
+        let len = u32::try_from(payload.len()).map_err(|_| Error::param("group commit larger than 4 GiB"))?;
         let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
         buf.extend_from_slice(&len.to_le_bytes());
         buf.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
         buf.extend_from_slice(payload);
-        self.file
-            .write_all(&buf)
-            .map_err(|e| self.err("append to", e))?;
+        self.file.write_all(&buf).map_err(|e| self.err("append to", e))?;
         self.size += buf.len() as u64;
         self.max_seq = self.max_seq.max(max_seq);
         self.dirty = true;
         match self.durability {
             Durability::Sync => self.sync()?,
-            Durability::IntervalMs(ms) if self.last_sync.elapsed() >= Duration::from_millis(ms) => {
-                self.sync()?
-            }
+            Durability::IntervalMs(ms) if self.last_sync.elapsed() >= Duration::from_millis(ms) => self.sync()?,
             _ => {}
         }
         Ok(())
@@ -128,10 +118,7 @@ impl WalWriter {
 
     fn err(&self, what: &str, e: std::io::Error) -> Error {
         Error::io(
-            format!(
-                "{what} WAL file {}",
-                self.dir.join(file_name(self.number)).display()
-            ),
+            format!("{what} WAL file {}", self.dir.join(file_name(self.number)).display()),
             e,
         )
     }

@@ -26,11 +26,7 @@ impl Cli {
 
     fn ok(&self, args: &[&str]) -> String {
         let o = self.run(args);
-        assert!(
-            o.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     }
 
@@ -41,17 +37,9 @@ impl Cli {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
         let o = child.wait_with_output().unwrap();
-        (
-            o.status.code().unwrap(),
-            String::from_utf8(o.stdout).unwrap(),
-        )
+        (o.status.code().unwrap(), String::from_utf8(o.stdout).unwrap())
     }
 }
 
@@ -159,22 +147,14 @@ fn write_get_and_scan_formats() {
     );
     let (code, out) = c.write("t", &input);
     assert_eq!(code, 1);
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 5);
     for (i, l) in lines.iter().enumerate() {
         assert_eq!(l["line"], i + 1);
         assert_eq!(l["ok"], i != 2, "{l}");
     }
     assert_eq!(lines[2]["error"]["kind"], "InvalidPK");
-    assert!(
-        lines[2]["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("order")
-    );
+    assert!(lines[2]["error"]["message"].as_str().unwrap().contains("order"));
 
     let got = c.ok(&[
         "get",
@@ -188,20 +168,12 @@ fn write_get_and_scan_formats() {
     let row: serde_json::Value = serde_json::from_str(&got).unwrap();
     assert_eq!(row["pk"], serde_json::json!({"card": 1, "order": "a"}));
     assert!(got.contains(r#""amount":[{"value":12.0,"#), "{got}");
-    assert_eq!(
-        row["columns"]["raw"][0]["value"],
-        serde_json::json!({"binary": "aGk="})
-    );
+    assert_eq!(row["columns"]["raw"][0]["value"], serde_json::json!({"binary": "aGk="}));
     assert_eq!(
         row["columns"]["v"],
         serde_json::json!([{"value": 8, "version": v1 + 1}, {"value": 7, "version": v1}])
     );
-    let names: Vec<_> = row["columns"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect();
+    let names: Vec<_> = row["columns"].as_object().unwrap().keys().cloned().collect();
     assert_eq!(names, vec!["amount", "raw", "v"]);
     let got = c.ok(&[
         "get",
@@ -212,20 +184,13 @@ fn write_get_and_scan_formats() {
         "--columns",
         "v",
     ]);
-    assert!(
-        got.contains(&format!(r#""v":[{{"value":7,"version":{v1}}}]"#)),
-        "{got}"
-    );
+    assert!(got.contains(&format!(r#""v":[{{"value":7,"version":{v1}}}]"#)), "{got}");
     assert_eq!(c.ok(&["get", "t", r#"{"card":9,"order":"zz"}"#]), "null\n");
 
     let (code, _) = c.write(
         "t",
         &(0..6)
-            .map(|i| {
-                format!(
-                    "{{\"op\":\"put\",\"pk\":{{\"card\":{i},\"order\":\"k\"}},\"columns\":{{}}}}\n"
-                )
-            })
+            .map(|i| format!("{{\"op\":\"put\",\"pk\":{{\"card\":{i},\"order\":\"k\"}},\"columns\":{{}}}}\n"))
             .collect::<String>(),
     );
     assert_eq!(code, 0);
@@ -241,14 +206,7 @@ fn write_get_and_scan_formats() {
             .collect()
     };
     assert_eq!(
-        cards(c.ok(&[
-            "scan",
-            "t",
-            "--start",
-            r#"{"card":1}"#,
-            "--end",
-            r#"{"card":3}"#
-        ])),
+        cards(c.ok(&["scan", "t", "--start", r#"{"card":1}"#, "--end", r#"{"card":3}"#])),
         vec![(1, "a".into()), (1, "k".into()), (2, "k".into())]
     );
     assert_eq!(
@@ -264,14 +222,7 @@ fn write_get_and_scan_formats() {
         vec![(3, "k".into()), (2, "k".into())]
     );
     assert_eq!(
-        cards(c.ok(&[
-            "scan",
-            "t",
-            "--start",
-            r#"{"card":{"inf":"min"}}"#,
-            "--limit",
-            "2"
-        ])),
+        cards(c.ok(&["scan", "t", "--start", r#"{"card":{"inf":"min"}}"#, "--limit", "2"])),
         vec![(0, "k".into()), (1, "a".into())]
     );
     assert_eq!(
@@ -295,11 +246,7 @@ fn a_second_process_is_told_the_directory_is_in_use() {
         .spawn()
         .unwrap();
     let mut stdin = holder.stdin.take().unwrap();
-    writeln!(
-        stdin,
-        r#"{{"op":"put","pk":{{"k":"a"}},"columns":{{"n":1}}}}"#
-    )
-    .unwrap();
+    writeln!(stdin, r#"{{"op":"put","pk":{{"k":"a"}},"columns":{{"n":1}}}}"#).unwrap();
     // wait for the first ack, so the holder has surely opened the database
     let mut first = String::new();
     std::io::BufRead::read_line(
@@ -317,5 +264,5 @@ fn a_second_process_is_told_the_directory_is_in_use() {
     );
     drop(stdin);
     assert!(holder.wait().unwrap().success());
-    assert_eq!(c.ok(&["get", "t", r#"{"k":"a"}"#]).contains("\"n\""), true);
+    assert!(c.ok(&["get", "t", r#"{"k":"a"}"#]).contains("\"n\""));
 }

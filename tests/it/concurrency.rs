@@ -14,9 +14,7 @@ async fn scans_see_whole_batches_while_writers_and_flushes_run() {
     let clock = Arc::new(ManualClock::new(T0));
     let db = Database::open_with(
         dir.path(),
-        DbOptions::default()
-            .clock(clock.clone())
-            .memtable_bytes(16 << 10),
+        DbOptions::default().clock(clock.clone()).memtable_bytes(16 << 10),
     )
     .await
     .unwrap();
@@ -47,10 +45,7 @@ async fn scans_see_whole_batches_while_writers_and_flushes_run() {
         for group in rows.chunk_by(|a, b| a.primary_key.columns[0] == b.primary_key.columns[0]) {
             let gens: Vec<_> = group.iter().map(|r| r.latest("gen").cloned()).collect();
             assert_eq!(group.len(), 10, "a group is written whole");
-            assert!(
-                gens.windows(2).all(|w| w[0] == w[1]),
-                "torn batch seen: {gens:?}"
-            );
+            assert!(gens.windows(2).all(|w| w[0] == w[1]), "torn batch seen: {gens:?}");
         }
         scans += 1;
     }
@@ -59,10 +54,7 @@ async fn scans_see_whole_batches_while_writers_and_flushes_run() {
     }
     let rows = scan_all(&t, GetRange::new()).await;
     assert_eq!(rows.len(), 40);
-    assert!(
-        rows.iter()
-            .all(|r| r.latest("gen") == Some(&Value::Integer(149)))
-    );
+    assert!(rows.iter().all(|r| r.latest("gen") == Some(&Value::Integer(149))));
     assert!(
         t.stats().flushes > 0,
         "the small memtable budget made flushes run during the test"

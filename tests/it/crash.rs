@@ -8,9 +8,7 @@ use std::process::{Command, Stdio};
 use cellar::*;
 
 fn op(i: u64) -> String {
-    format!(
-        r#"{{"op":"put","pk":{{"card":{i},"order":"o"}},"columns":{{"a":{i},"b":"v{i}","c":{i}.5}}}}"#
-    )
+    format!(r#"{{"op":"put","pk":{{"card":{i},"order":"o"}},"columns":{{"a":{i},"b":"v{i}","c":{i}.5}}}}"#)
 }
 
 #[tokio::test]
@@ -19,14 +17,7 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_written() {
     let data = dir.path().to_str().unwrap().to_string();
     let bin = env!("CARGO_BIN_EXE_cellar");
     let st = Command::new(bin)
-        .args([
-            "--data",
-            &data,
-            "create",
-            "t",
-            "--pk",
-            "card:integer,order:string",
-        ])
+        .args(["--data", &data, "create", "t", "--pk", "card:integer,order:string"])
         .status()
         .unwrap();
     assert!(st.success());

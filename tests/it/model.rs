@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 use crate::common::*;
 
 type Key = (i64, String);
+type Cells = Vec<(String, Vec<Cell>)>;
 
 #[derive(Debug, Clone, Default)]
 struct ModelRow {
@@ -39,11 +40,7 @@ impl Model {
     fn apply(&mut self, now: i64, key: &Key, w: &RowWrite) -> bool {
         match w {
             RowWrite::Put(p) => {
-                if !p
-                    .columns
-                    .iter()
-                    .all(|c| self.window_ok(now, c.version.unwrap_or(now)))
-                {
+                if !p.columns.iter().all(|c| self.window_ok(now, c.version.unwrap_or(now))) {
                     return false;
                 }
                 let mut row = ModelRow::default();
@@ -60,9 +57,7 @@ impl Model {
             }
             RowWrite::Update(u) => {
                 let ok = u.actions.iter().all(|a| match a {
-                    UpdateAction::Put { version, .. } => {
-                        self.window_ok(now, version.unwrap_or(now))
-                    }
+                    UpdateAction::Put { version, .. } => self.window_ok(now, version.unwrap_or(now)),
                     _ => true,
                 });
                 if !ok {
@@ -71,11 +66,7 @@ impl Model {
                 let row = self.rows.entry(key.clone()).or_default();
                 for a in &u.actions {
                     match a {
-                        UpdateAction::Put {
-                            name,
-                            value,
-                            version,
-                        } => {
+                        UpdateAction::Put { name, value, version } => {
                             row.columns
                                 .entry(name.clone())
                                 .or_default()
@@ -100,7 +91,7 @@ impl Model {
     }
 
     /// What a read with `max_versions` 10 returns for one row.
-    fn visible(&self, now: i64, row: &ModelRow) -> Option<Vec<(String, Vec<Cell>)>> {
+    fn visible(&self, now: i64, row: &ModelRow) -> Option<Cells> {
         let cutoff = if self.opts.ttl_secs == -1 {
             i64::MIN
         } else {
@@ -224,11 +215,7 @@ fn key_of(row: &Row) -> Key {
 async fn run_model(seed: u64, steps: usize) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
-    let small = || {
-        DbOptions::default()
-            .clock(clock.clone())
-            .memtable_bytes(4 << 10)
-    };
+    let small = || DbOptions::default().clock(clock.clone()).memtable_bytes(4 << 10);
     let mut db = Database::open_with(dir.path(), small()).await.unwrap();
     let mut t = card_order_table(
         &db,
@@ -258,11 +245,7 @@ async fn run_model(seed: u64, steps: usize) {
                 let w = random_write(&mut rng, now, &key);
                 let expect_ok = model.apply(now, &key, &w);
                 let got = t.write(w.clone()).await;
-                assert_eq!(
-                    got.is_ok(),
-                    expect_ok,
-                    "seed {seed} step {step}: {w:?} -> {got:?}"
-                );
+                assert_eq!(got.is_ok(), expect_ok, "seed {seed} step {step}: {w:?} -> {got:?}");
             }
             55..=69 => {
                 let got = t
@@ -270,11 +253,7 @@ async fn run_model(seed: u64, steps: usize) {
                     .await
                     .unwrap();
                 let want = model.rows.get(&key).and_then(|r| model.visible(now, r));
-                assert_eq!(
-                    got.map(|r| r.columns),
-                    want,
-                    "seed {seed} step {step}: get {key:?}"
-                );
+                assert_eq!(got.map(|r| r.columns), want, "seed {seed} step {step}: get {key:?}");
             }
             70..=79 => {
                 let backward = rng.random();
@@ -282,7 +261,7 @@ async fn run_model(seed: u64, steps: usize) {
                 let (lo, hi) = (a.min(b), a.max(b));
                 let limit = rng.random_range(1..6);
                 let mut req = GetRange::new().limit(limit).options(all_read.clone());
-                let mut expect: Vec<(Key, Vec<(String, Vec<Cell>)>)> = model
+                let mut expect: Vec<(Key, Cells)> = model
                     .rows
                     .iter()
                     .filter(|(k, _)| {

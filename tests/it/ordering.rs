@@ -54,12 +54,7 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
     for i in ints {
         for s in strs {
             for b in bins {
-                expected.push(
-                    PrimaryKey::new()
-                        .with("i", i)
-                        .with("s", s)
-                        .with("b", b.to_vec()),
-                );
+                expected.push(PrimaryKey::new().with("i", i).with("s", s).with("b", b.to_vec()));
             }
         }
     }
@@ -68,15 +63,11 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
     scrambled.sort_by_key(|k| format!("{k:?}").len() * 7919 % 101);
     let half = scrambled.len() / 2;
     for k in &scrambled[..half] {
-        t.put_row(PutRow::new(k.clone()).column("x", 1))
-            .await
-            .unwrap();
+        t.put_row(PutRow::new(k.clone()).column("x", 1)).await.unwrap();
     }
     t.flush().await.unwrap();
     for k in &scrambled[half..] {
-        t.put_row(PutRow::new(k.clone()).column("x", 1))
-            .await
-            .unwrap();
+        t.put_row(PutRow::new(k.clone()).column("x", 1)).await.unwrap();
     }
     check_order(&t, &expected).await;
     t.compact().await.unwrap();
@@ -110,10 +101,7 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
         })
         .cloned()
         .collect();
-    assert_eq!(
-        r.into_iter().map(|r| r.primary_key).collect::<Vec<_>>(),
-        want
-    );
+    assert_eq!(r.into_iter().map(|r| r.primary_key).collect::<Vec<_>>(), want);
 }
 
 #[tokio::test]
@@ -124,9 +112,7 @@ async fn prefix_bounds_include_start_and_exclude_end_in_both_directions() {
     let t = card_order_table(&db, TableOptions::default()).await;
     for card in 0..5 {
         for order in ["x", "y"] {
-            t.put_row(PutRow::new(pk(card, order)).column("n", card))
-                .await
-                .unwrap();
+            t.put_row(PutRow::new(pk(card, order)).column("n", card)).await.unwrap();
         }
     }
     let cards = |rows: Vec<Row>| -> Vec<i64> {

@@ -21,15 +21,11 @@ async fn writes_survive_reopen_with_and_without_flush() {
         )
         .await;
         for i in 0..50 {
-            t.put_row(PutRow::new(pk(i, "a")).column("n", i))
-                .await
-                .unwrap();
+            t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
         }
         t.flush().await.unwrap();
         for i in 50..100 {
-            t.put_row(PutRow::new(pk(i, "a")).column("n", i))
-                .await
-                .unwrap();
+            t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
         }
         t.delete_row(DeleteRow::new(pk(3, "a"))).await.unwrap();
         db.create_table(
@@ -53,11 +49,7 @@ async fn writes_survive_reopen_with_and_without_flush() {
     assert_eq!(rows.len(), 99);
     assert!(t.get_row(GetRow::new(pk(3, "a"))).await.unwrap().is_none());
     assert_eq!(
-        t.get_row(GetRow::new(pk(77, "a")))
-            .await
-            .unwrap()
-            .unwrap()
-            .latest("n"),
+        t.get_row(GetRow::new(pk(77, "a"))).await.unwrap().unwrap().latest("n"),
         Some(&Value::Integer(77))
     );
     // a dropped table's name can be reused and starts empty
@@ -67,11 +59,7 @@ async fn writes_survive_reopen_with_and_without_flush() {
     )
     .await
     .unwrap();
-    assert!(
-        scan_all(&db.table("gone").unwrap(), GetRange::new())
-            .await
-            .is_empty()
-    );
+    assert!(scan_all(&db.table("gone").unwrap(), GetRange::new()).await.is_empty());
 }
 
 #[tokio::test]
@@ -94,9 +82,7 @@ async fn a_corrupt_wal_record_in_the_middle_is_refused() {
         let db = open(dir.path(), &clock).await;
         let t = card_order_table(&db, TableOptions::default()).await;
         for i in 0..10 {
-            t.put_row(PutRow::new(pk(i, "a")).column("n", i))
-                .await
-                .unwrap();
+            t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
         }
     }
     let wal = std::fs::read_dir(dir.path().join("wal"))
@@ -115,10 +101,5 @@ async fn a_corrupt_wal_record_in_the_middle_is_refused() {
     let len = bytes.len();
     std::fs::write(&wal, &bytes[..len - 2]).unwrap();
     let db = open(dir.path(), &clock).await;
-    assert_eq!(
-        scan_all(&db.table("t").unwrap(), GetRange::new())
-            .await
-            .len(),
-        9
-    );
+    assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await.len(), 9);
 }

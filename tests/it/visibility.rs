@@ -41,10 +41,7 @@ async fn raising_max_versions_or_ttl_before_compaction_brings_versions_back() {
             .unwrap();
     }
     t.flush().await.unwrap();
-    assert_eq!(
-        versions_of(&t, "c").await,
-        vec![T0 - 1000, T0 - 2000, T0 - 3000]
-    );
+    assert_eq!(versions_of(&t, "c").await, vec![T0 - 1000, T0 - 2000, T0 - 3000]);
     db.alter_table(
         "t",
         OptionsUpdate {
@@ -64,10 +61,7 @@ async fn raising_max_versions_or_ttl_before_compaction_brings_versions_back() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        versions_of(&t, "c").await,
-        vec![T0 - 1000, T0 - 2000, T0 - 3000]
-    );
+    assert_eq!(versions_of(&t, "c").await, vec![T0 - 1000, T0 - 2000, T0 - 3000]);
 
     // TTL 2 s at T0: versions below T0 - 2000 are expired
     db.alter_table(
@@ -128,9 +122,7 @@ async fn expired_rows_vanish_and_pk_only_rows_exist() {
     )
     .await;
     t.put_row(PutRow::new(pk(1, "a"))).await.unwrap();
-    t.put_row(PutRow::new(pk(2, "b")).column("x", 1))
-        .await
-        .unwrap();
+    t.put_row(PutRow::new(pk(2, "b")).column("x", 1)).await.unwrap();
     let got = t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().unwrap();
     assert!(got.columns.is_empty());
     assert_eq!(scan_all(&t, GetRange::new()).await.len(), 2);
@@ -199,13 +191,9 @@ async fn deletes_act_in_write_order_and_limits_are_enforced() {
     t.flush().await.unwrap();
     assert_eq!(versions_of(&t, "c").await, vec![T0 - 5000]);
     // DELETE of one version and DELETE_ALL across segments
-    t.update_row(
-        UpdateRow::new(pk(1, "a"))
-            .put_at("c", 3, T0 - 4000)
-            .put_at("d", 1, T0),
-    )
-    .await
-    .unwrap();
+    t.update_row(UpdateRow::new(pk(1, "a")).put_at("c", 3, T0 - 4000).put_at("d", 1, T0))
+        .await
+        .unwrap();
     t.flush().await.unwrap();
     t.update_row(
         UpdateRow::new(pk(1, "a"))
@@ -221,10 +209,7 @@ async fn deletes_act_in_write_order_and_limits_are_enforced() {
 
     // limits
     let big = "x".repeat(2 * 1024 * 1024 + 1);
-    let e = t
-        .put_row(PutRow::new(pk(1, "a")).column("s", big))
-        .await
-        .unwrap_err();
+    let e = t.put_row(PutRow::new(pk(1, "a")).column("s", big)).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::OutOfRowSizeLimit);
     let e = t
         .put_row(PutRow::new(pk(1, &"k".repeat(1025))).column("s", 1))
@@ -235,10 +220,7 @@ async fn deletes_act_in_write_order_and_limits_are_enforced() {
     for i in 0..1025 {
         p = p.column(format!("c{i}"), 1);
     }
-    assert_eq!(
-        t.put_row(p).await.unwrap_err().kind(),
-        ErrorKind::OutOfColumnCountLimit
-    );
+    assert_eq!(t.put_row(p).await.unwrap_err().kind(), ErrorKind::OutOfColumnCountLimit);
     db.alter_table(
         "t",
         OptionsUpdate {
@@ -248,10 +230,7 @@ async fn deletes_act_in_write_order_and_limits_are_enforced() {
     )
     .await
     .unwrap();
-    let e = t
-        .update_row(UpdateRow::new(pk(1, "a")).put("c", 1))
-        .await
-        .unwrap_err();
+    let e = t.update_row(UpdateRow::new(pk(1, "a")).put("c", 1)).await.unwrap_err();
     assert!(e.message().contains("allow_update"));
 }
 
@@ -286,10 +265,7 @@ async fn reads_honour_columns_time_range_and_batches() {
     .unwrap()
     .unwrap();
     assert_eq!(
-        r.columns
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .collect::<Vec<_>>(),
+        r.columns.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
         vec!["b", "c"]
     );
     let r = get(ReadOptions {
@@ -314,10 +290,7 @@ async fn reads_honour_columns_time_range_and_batches() {
     );
 
     let writes = vec![
-        (
-            "t".to_string(),
-            RowWrite::from(PutRow::new(pk(2, "b")).column("n", 1)),
-        ),
+        ("t".to_string(), RowWrite::from(PutRow::new(pk(2, "b")).column("n", 1))),
         (
             "nope".to_string(),
             RowWrite::from(PutRow::new(pk(2, "b")).column("n", 1)),
@@ -329,10 +302,7 @@ async fn reads_honour_columns_time_range_and_batches() {
     ];
     let res = db.batch_write(writes).await.unwrap();
     assert!(res[0].is_ok());
-    assert_eq!(
-        res[1].as_ref().unwrap_err().kind(),
-        ErrorKind::ObjectNotExist
-    );
+    assert_eq!(res[1].as_ref().unwrap_err().kind(), ErrorKind::ObjectNotExist);
     assert_eq!(res[2].as_ref().unwrap_err().kind(), ErrorKind::InvalidPk);
     let gets = vec![
         ("t".to_string(), GetRow::new(pk(2, "b"))),
