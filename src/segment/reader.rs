@@ -5,6 +5,7 @@
 //! decodes one page per column of one row group.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -140,15 +141,25 @@ impl AsyncFileReader for SegmentFileReader {
     }
 }
 
-/// Streams a segment's key states within a range, in either direction, one
-/// row group at a time.
+/// Streams a segment's key states within a range, in either direction.
+///
+/// Forward scans read a row group in growing windows (1024 rows, doubling),
+/// so that a short range scan with a small limit decodes a page or two, not
+/// a whole row group; a key cut by a window boundary is held back and
+/// completed by the next window. Backward scans read the selected rows of a
+/// row group at once.
 pub(crate) struct SegmentCursor {
     seg: Arc<Segment>,
     range: KeyRange,
     backward: bool,
     columns: Option<Vec<String>>,
-    pending: Option<VecDeque<usize>>,
+    /// Row groups still to read, each with its rows not yet read.
+    pending: Option<VecDeque<(usize, Range<usize>)>>,
+    window: usize,
+    carry: Option<(Vec<u8>, RowState)>,
 }
+
+const FIRST_WINDOW_ROWS: usize = 1024;
 
 impl SegmentCursor {
     /// `columns`: the attribute columns to read (`None`: all of them).
@@ -159,27 +170,53 @@ impl SegmentCursor {
             backward,
             columns: columns.map(|c| c.to_vec()),
             pending: None,
+            window: FIRST_WINDOW_ROWS,
+            carry: None,
         }
     }
 
     /// The next run of key states in scan order, or `None` at the end.
     pub async fn next_chunk(&mut self) -> Result<Option<Vec<(Vec<u8>, RowState)>>> {
         let meta = self.seg.reader_metadata().await?.clone();
+        let md = meta.metadata();
         if self.pending.is_none() {
-            let md = meta.metadata();
-            let mut groups: VecDeque<usize> = (0..md.num_row_groups())
+            let groups = (0..md.num_row_groups())
                 .filter(|&rg| row_group_overlaps(md, rg, &self.range))
-                .collect();
-            if self.backward {
-                groups = groups.into_iter().rev().collect();
-            }
-            self.pending = Some(groups);
+                .map(|rg| (rg, selected_rows(md, rg, &self.range)))
+                .filter(|(_, rows)| rows.start < rows.end);
+            self.pending = Some(if self.backward {
+                groups.rev().collect()
+            } else {
+                groups.collect()
+            });
         }
         loop {
-            let Some(rg) = self.pending.as_mut().and_then(|p| p.pop_front()) else {
+            let backward = self.backward;
+            let step = self.window;
+            let Some(pending) = self.pending.as_mut() else {
                 return Ok(None);
             };
-            let mut states = self.read_row_group(&meta, rg).await?;
+            let Some((rg, rows)) = pending.front_mut() else {
+                return Ok(self.carry.take().map(|c| vec![c]));
+            };
+            let rg = *rg;
+            let window = if backward {
+                rows.clone()
+            } else {
+                rows.start..rows.end.min(rows.start + step)
+            };
+            rows.start = window.end;
+            let last_of_group = rows.start >= rows.end;
+            if last_of_group {
+                pending.pop_front();
+            }
+            self.window = (self.window * 2).min(1 << 16);
+            let mut states: Vec<_> = self.carry.take().into_iter().collect();
+            self.read_rows(&meta, rg, window, &mut states).await?;
+            if !self.backward && !last_of_group {
+                // The last key may go on in the next window.
+                self.carry = states.pop();
+            }
             if states.is_empty() {
                 continue;
             }
@@ -190,7 +227,13 @@ impl SegmentCursor {
         }
     }
 
-    async fn read_row_group(&self, meta: &ArrowReaderMetadata, rg: usize) -> Result<Vec<(Vec<u8>, RowState)>> {
+    async fn read_rows(
+        &self,
+        meta: &ArrowReaderMetadata,
+        rg: usize,
+        rows: Range<usize>,
+        out: &mut Vec<(Vec<u8>, RowState)>,
+    ) -> Result<()> {
         let md = meta.metadata();
         let schema = meta.schema();
         let wanted: Vec<usize> = schema
@@ -208,23 +251,21 @@ impl SegmentCursor {
             .map(|(i, _)| i)
             .collect();
         let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), wanted);
-        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(self.seg.object_reader(), meta.clone())
+        let total = md.row_group(rg).num_rows() as usize;
+        let selection = RowSelection::from_consecutive_ranges(std::iter::once(rows), total);
+        let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(self.seg.object_reader(), meta.clone())
             .with_row_groups(vec![rg])
             .with_projection(mask)
-            .with_batch_size(8192);
-        if let Some(sel) = page_selection(md, rg, &self.range) {
-            builder = builder.with_row_selection(sel);
-        }
-        let mut stream = builder
+            .with_row_selection(selection)
+            .with_batch_size(8192)
             .build()
             .map_err(|e| Error::corruption(format!("segment {}: {e}", self.seg.meta.path)))?;
-        let mut out: Vec<(Vec<u8>, RowState)> = Vec::new();
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
-            decode_batch(&batch, &self.range, &mut out)
+            decode_batch(&batch, &self.range, out)
                 .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -242,36 +283,35 @@ fn row_group_overlaps(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> bool
     }
 }
 
-/// The rows of the pages of `__pk` (sorted) that can hold keys in `range`.
-fn page_selection(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> Option<RowSelection> {
-    let ColumnIndexMetaData::BYTE_ARRAY(index) = md.column_index()?.get(rg)?.first()? else {
-        return None;
-    };
-    let pages = md.offset_index()?.get(rg)?.first()?.page_locations();
+/// The rows of a row group whose `__pk` pages (sorted) can hold keys in
+/// `range`; the whole row group without a page index.
+fn selected_rows(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> Range<usize> {
     let total = md.row_group(rg).num_rows() as usize;
+    let index = match md.column_index().and_then(|c| c.get(rg)).and_then(|c| c.first()) {
+        Some(ColumnIndexMetaData::BYTE_ARRAY(index)) => index,
+        _ => return 0..total,
+    };
+    let Some(pages) = md.offset_index().and_then(|o| o.get(rg)).and_then(|o| o.first()) else {
+        return 0..total;
+    };
+    let pages = pages.page_locations();
     let mut first = None;
     let mut last = None;
     for i in 0..pages.len() {
         let (Some(min), Some(max)) = (index.min_value(i), index.max_value(i)) else {
-            return None;
+            return 0..total;
         };
         if range.overlaps(min, max) {
             first.get_or_insert(i);
             last = Some(i);
         }
     }
-    let (first, last) = match (first, last) {
-        (Some(f), Some(l)) => (f, l),
-        _ => {
-            return Some(RowSelection::from_consecutive_ranges(std::iter::empty(), total));
+    match (first, last) {
+        (Some(f), Some(l)) => {
+            pages[f].first_row_index as usize..pages.get(l + 1).map_or(total, |p| p.first_row_index as usize)
         }
-    };
-    let start = pages[first].first_row_index as usize;
-    let end = pages.get(last + 1).map_or(total, |p| p.first_row_index as usize);
-    Some(RowSelection::from_consecutive_ranges(
-        std::iter::once(start..end),
-        total,
-    ))
+        _ => 0..0,
+    }
 }
 
 struct AttrColumn<'a> {

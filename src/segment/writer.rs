@@ -68,10 +68,12 @@ pub(crate) fn write_segment(
     let mut num_rows = 0u64;
     for (key, st) in states {
         batch.push_key(table, key, st)?;
-        if batch.rows >= BATCH_ROWS {
+        // Row groups end at key boundaries: a key's ranks never straddle two.
+        let group_full = writer.in_progress_rows() + batch.rows >= opts.row_group_rows;
+        if batch.rows >= BATCH_ROWS || group_full {
             num_rows += batch.rows as u64;
             writer.write(&batch.finish(&schema)?)?;
-            if writer.in_progress_rows() >= opts.row_group_rows {
+            if group_full {
                 writer.flush()?;
             }
         }

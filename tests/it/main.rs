@@ -7,4 +7,5 @@ mod crash;
 mod model;
 mod ordering;
 mod recovery;
+mod segments;
 mod visibility;

@@ -1,0 +1,151 @@
+//! Reading segments with many row groups, pages and multi-version keys:
+//! window boundaries in forward scans, page selection, bloom filters.
+
+use std::sync::Arc;
+
+use cellar::*;
+
+use crate::common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_version_keys_read_back_across_row_groups_pages_and_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let opts = DbOptions {
+        row_group_rows: 700,
+        page_rows: 64,
+        ..DbOptions::default().clock(clock.clone())
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(
+        &db,
+        TableOptions {
+            max_versions: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    let n = 3000i64;
+    let versions = |i: i64| (i % 3 + 1) as usize;
+    let mut batch = Vec::new();
+    for i in 0..n {
+        let mut p = PutRow::new(pk(i, "k")).column_at("s", format!("v{i}"), T0);
+        for v in 0..versions(i) {
+            p = p.column_at("c", i * 10 + v as i64, T0 - 1000 * v as i64);
+        }
+        batch.push(RowWrite::from(p));
+        if batch.len() == 200 {
+            t.write_batch(&batch).await.unwrap();
+            batch.clear();
+        }
+    }
+    t.flush().await.unwrap();
+    let all = ReadOptions {
+        max_versions: Some(3),
+        ..Default::default()
+    };
+    let check = |rows: &[Row], expect: Vec<i64>| {
+        let got: Vec<i64> = rows
+            .iter()
+            .map(|r| {
+                let PkValue::Integer(i) = r.primary_key.columns[0].1 else {
+                    panic!()
+                };
+                assert_eq!(r.column("c").unwrap().len(), versions(i), "versions of key {i}");
+                assert_eq!(r.latest("c"), Some(&Value::Integer(i * 10)));
+                i
+            })
+            .collect();
+        assert_eq!(got, expect);
+    };
+    check(
+        &scan_all(&t, GetRange::new().options(all.clone())).await,
+        (0..n).collect(),
+    );
+    check(
+        &scan_all(&t, GetRange::new().backward().options(all.clone())).await,
+        (0..n).rev().collect(),
+    );
+    for start in [0, 1, 63, 64, 699, 700, 1024, 2047, 2999] {
+        let page = t
+            .get_range(
+                GetRange::new()
+                    .start(PkBound::new().with("card", start))
+                    .limit(7)
+                    .options(all.clone()),
+            )
+            .await
+            .unwrap();
+        check(&page.rows, (start..(start + 7).min(n)).collect());
+        let page = t
+            .get_range(
+                GetRange::new()
+                    .start(PkBound::new().with("card", start))
+                    .backward()
+                    .limit(7)
+                    .options(all.clone()),
+            )
+            .await
+            .unwrap();
+        check(&page.rows, ((start - 6).max(0)..=start).rev().collect());
+    }
+    for i in (0..n).step_by(97) {
+        let r = t
+            .get_row(GetRow::new(pk(i, "k")).options(all.clone()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.column("c").unwrap().len(), versions(i));
+        assert!(t.get_row(GetRow::new(pk(i, "missing"))).await.unwrap().is_none());
+    }
+}
+
+#[tokio::test]
+async fn row_groups_are_cut_at_key_boundaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let opts = DbOptions {
+        row_group_rows: 100,
+        page_rows: 16,
+        ..DbOptions::default().clock(clock.clone())
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(
+        &db,
+        TableOptions {
+            max_versions: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    for i in 0..400i64 {
+        let p = PutRow::new(pk(i, "k"))
+            .column_at("c", 1, T0)
+            .column_at("c", 2, T0 - 1)
+            .column_at("c", 3, T0 - 2);
+        t.put_row(p).await.unwrap();
+    }
+    t.flush().await.unwrap();
+    let seg = std::fs::read_dir(dir.path().join("tables/1/segments"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let file = std::fs::File::open(seg).unwrap();
+    let reader = parquet::file::serialized_reader::SerializedFileReader::new(file).unwrap();
+    use parquet::file::reader::FileReader;
+    let groups = reader.metadata().row_groups();
+    assert!(groups.len() >= 10, "{} row groups", groups.len());
+    assert!(
+        groups.iter().all(|g| g.num_rows() % 3 == 0),
+        "every key's three ranks stay in one row group"
+    );
+    let all = ReadOptions {
+        max_versions: Some(3),
+        ..Default::default()
+    };
+    let rows = scan_all(&t, GetRange::new().backward().options(all)).await;
+    assert_eq!(rows.len(), 400);
+    assert!(rows.iter().all(|r| r.column("c").unwrap().len() == 3));
+}
