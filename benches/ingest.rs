@@ -5,7 +5,10 @@
 //! durability (fsync before acknowledging, group commit), memtable flushes
 //! running as they would. Prints rows/s and MB/s of WAL.
 
-#[path = "common.rs"]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "common/mod.rs"]
 mod common;
 
 use std::time::Instant;
@@ -37,7 +40,7 @@ fn main() {
                 let batch: Vec<RowWrite> = (next..(next + 200).min(rows)).map(common::row).collect();
                 next += batch.len() as u64;
                 let t = t.clone();
-                in_flight.push(tokio::spawn(async move { t.write_batch(&batch).await }));
+                in_flight.push(tokio::spawn(async move { t.write_batch(batch).await }));
             }
             if let Some(r) = in_flight.next().await {
                 for r in r.unwrap().unwrap() {

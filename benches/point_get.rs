@@ -6,7 +6,10 @@
 //! times 20,000 GetRow calls on random existing keys and 5,000 on missing
 //! keys, one at a time. Prints p50 / p99.
 
-#[path = "common.rs"]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "common/mod.rs"]
 mod common;
 
 use std::time::Instant;
@@ -36,11 +39,10 @@ fn main() {
         for i in 0..rows {
             batch.push(common::row(i));
             if batch.len() == 200 {
-                t.write_batch(&batch).await.unwrap();
-                batch.clear();
+                t.write_batch(std::mem::take(&mut batch)).await.unwrap();
             }
         }
-        t.write_batch(&batch).await.unwrap();
+        t.write_batch(std::mem::take(&mut batch)).await.unwrap();
         t.compact().await.unwrap();
         println!(
             "point_get: {rows} rows in {} segment(s), {:.1} MB",

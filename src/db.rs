@@ -219,7 +219,7 @@ impl Database {
             let segments = manifest
                 .segments
                 .iter()
-                .map(|m| Arc::new(Segment::new(m.clone(), store.clone())))
+                .map(|m| Arc::new(Segment::new(m.clone(), store.clone(), Some(&root))))
                 .collect();
             let t = Arc::new(TableInner::new(
                 entry.id,
@@ -453,7 +453,7 @@ impl Database {
                 writes.len()
             )));
         }
-        self.inner.write_many(writes.iter().map(|(t, w)| (t.as_str(), w))).await
+        self.inner.write_many(writes).await
     }
 
     /// BatchGetRow: up to 100 rows across tables, each with its own result.
@@ -496,15 +496,15 @@ impl DbInner {
 
     /// Validates each write, commits the valid ones as one group, and
     /// returns a result per write in order.
-    pub(crate) async fn write_many<'a>(
+    pub(crate) async fn write_many<T: AsRef<str>>(
         &self,
-        writes: impl IntoIterator<Item = (&'a str, &'a RowWrite)>,
+        writes: impl IntoIterator<Item = (T, RowWrite)>,
     ) -> Result<Vec<Result<()>>> {
         let now = self.now_ms();
         let mut results = Vec::new();
         let mut pending = Vec::new();
         for (table, w) in writes {
-            let r = self.table_inner(table).and_then(|t| {
+            let r = self.table_inner(table.as_ref()).and_then(|t| {
                 let opts = *t.options.read();
                 let (key, mutation) = validate::to_mutation(&t.schema, &opts, now, w)?;
                 pending.push(PendingWrite {

@@ -19,9 +19,9 @@ pub struct DbOptions {
     pub write_buffer_bytes: usize,
     /// A WAL file is sealed past this size. Defaults to 64 MiB.
     pub wal_file_bytes: u64,
-    /// Rows per segment row group. Defaults to 65536.
+    /// Rows per segment row group. Defaults to 16384.
     pub row_group_rows: usize,
-    /// Rows per segment data page. Defaults to 1024.
+    /// Rows per segment data page. Defaults to 256.
     pub page_rows: usize,
     /// Output segments of a compaction are cut past this many bytes.
     /// Defaults to 128 MiB.
@@ -37,8 +37,8 @@ impl Default for DbOptions {
             memtable_bytes: 64 << 20,
             write_buffer_bytes: 512 << 20,
             wal_file_bytes: 64 << 20,
-            row_group_rows: 64 * 1024,
-            page_rows: 1024,
+            row_group_rows: 16 * 1024,
+            page_rows: 256,
             compaction_segment_bytes: 128 << 20,
             clock: Arc::new(SystemClock),
         }

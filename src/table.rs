@@ -65,15 +65,15 @@ impl Table {
     /// Any single-row write; returns once it is durable.
     pub async fn write(&self, w: RowWrite) -> Result<()> {
         self.check_live()?;
-        let mut r = self.db.write_many([(self.name(), &w)]).await?;
+        let mut r = self.db.write_many([(self.name(), w)]).await?;
         r.pop().unwrap_or_else(|| Err(Error::closed()))
     }
 
     /// Several writes to this table committed together (one WAL record);
     /// each gets its own result (invalid ones fail alone).
-    pub async fn write_batch(&self, writes: &[RowWrite]) -> Result<Vec<Result<()>>> {
+    pub async fn write_batch(&self, writes: Vec<RowWrite>) -> Result<Vec<Result<()>>> {
         self.check_live()?;
-        self.db.write_many(writes.iter().map(|w| (self.name(), w))).await
+        self.db.write_many(writes.into_iter().map(|w| (self.name(), w))).await
     }
 
     pub async fn put_row(&self, p: PutRow) -> Result<()> {

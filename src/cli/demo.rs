@@ -168,13 +168,18 @@ async fn load(db: &Database) -> Result<()> {
             }
             batch.push(p.into());
             if batch.len() == 200 {
-                t.write_batch(&batch).await?.into_iter().collect::<Result<Vec<_>>>()?;
-                batch.clear();
+                t.write_batch(std::mem::take(&mut batch))
+                    .await?
+                    .into_iter()
+                    .collect::<Result<Vec<_>>>()?;
             }
         }
     }
     if !batch.is_empty() {
-        t.write_batch(&batch).await?.into_iter().collect::<Result<Vec<_>>>()?;
+        t.write_batch(std::mem::take(&mut batch))
+            .await?
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?;
     }
     // Corrections: some amounts get newer versions.
     let now = db_now();

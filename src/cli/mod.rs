@@ -365,7 +365,7 @@ async fn write_ops(table: &Table, file: Option<PathBuf>) -> Result<i32> {
                 }
                 let t = table.clone();
                 in_flight.push_back(async move {
-                    let committed = if ops.is_empty() { Ok(Vec::new()) } else { t.write_batch(&ops).await };
+                    let committed = if ops.is_empty() { Ok(Vec::new()) } else { t.write_batch(ops).await };
                     (first_line, results, committed)
                 });
             }

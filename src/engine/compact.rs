@@ -91,7 +91,7 @@ pub(crate) async fn compact_all(
         let mut st = table.state.write();
         let mut segs: Vec<Arc<Segment>> = outputs
             .into_iter()
-            .map(|m| Arc::new(Segment::new(m, env.store.clone())))
+            .map(|m| Arc::new(Segment::new(m, env.store.clone(), env.local_root.as_deref())))
             .collect();
         segs.extend(st.segments.iter().filter(|s| !input_ids.contains(&s.meta.id)).cloned());
         st.segments = Arc::new(segs);

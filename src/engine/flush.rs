@@ -58,7 +58,11 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
             table.stats.flush_bytes.fetch_add(size, Ordering::Relaxed);
             next.flushed_seq = next.flushed_seq.max(mem.max_seq());
             next.segments.push(meta.clone());
-            new_segment = Some(Arc::new(Segment::new(meta, env.store.clone())));
+            new_segment = Some(Arc::new(Segment::new(
+                meta,
+                env.store.clone(),
+                env.local_root.as_deref(),
+            )));
         }
         let version = manifest.0 + 1;
         table.manifest_log.commit(&*env.store, version, &next).await?;

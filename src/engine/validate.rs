@@ -14,7 +14,7 @@ pub(crate) fn to_mutation(
     schema: &TableSchema,
     opts: &TableOptions,
     now_ms: i64,
-    w: &RowWrite,
+    w: RowWrite,
 ) -> Result<(Vec<u8>, Mutation)> {
     let key = schema.encode_pk(w.primary_key())?;
     let mut row_bytes: usize = w
@@ -61,10 +61,10 @@ pub(crate) fn to_mutation(
         RowWrite::Put(p) => {
             count_check(p.columns.len())?;
             let mut cells = Vec::with_capacity(p.columns.len());
-            for c in &p.columns {
+            for c in p.columns {
                 let version = c.version.unwrap_or(now_ms);
                 check_cell(&c.name, Some(&c.value), Some(version))?;
-                cells.push((c.name.clone(), version, c.value.clone()));
+                cells.push((c.name, version, c.value));
             }
             let row_ts = cells.is_empty().then_some(now_ms);
             Mutation::Put { row_ts, cells }
@@ -83,27 +83,24 @@ pub(crate) fn to_mutation(
             }
             count_check(u.actions.len())?;
             let mut actions = Vec::with_capacity(u.actions.len());
-            for a in &u.actions {
+            for a in u.actions {
                 actions.push(match a {
                     UpdateAction::Put { name, value, version } => {
                         let version = version.unwrap_or(now_ms);
-                        check_cell(name, Some(value), Some(version))?;
+                        check_cell(&name, Some(&value), Some(version))?;
                         Action::Put {
-                            column: name.clone(),
+                            column: name,
                             version,
-                            value: value.clone(),
+                            value,
                         }
                     }
                     UpdateAction::DeleteVersion { name, version } => {
-                        check_cell(name, None, None)?;
-                        Action::DeleteVersion {
-                            column: name.clone(),
-                            version: *version,
-                        }
+                        check_cell(&name, None, None)?;
+                        Action::DeleteVersion { column: name, version }
                     }
                     UpdateAction::DeleteAll { name } => {
-                        check_cell(name, None, None)?;
-                        Action::DeleteAll { column: name.clone() }
+                        check_cell(&name, None, None)?;
+                        Action::DeleteAll { column: name }
                     }
                 });
             }

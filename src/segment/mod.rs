@@ -54,6 +54,8 @@ pub(crate) struct Segment {
     pub min_key: Vec<u8>,
     pub max_key: Vec<u8>,
     store: Arc<dyn ObjectStore>,
+    local_path: Option<std::path::PathBuf>,
+    local_file: std::sync::OnceLock<Arc<std::fs::File>>,
     reader_meta: OnceCell<ArrowReaderMetadata>,
     /// The `__pk` bloom filter of each row group, read once.
     blooms: OnceCell<Vec<Option<Sbbf>>>,
@@ -80,9 +82,15 @@ impl Drop for Segment {
 }
 
 impl Segment {
-    pub fn new(meta: SegmentMeta, store: Arc<dyn ObjectStore>) -> Self {
+    /// `local_root`: the directory behind `store` when it is a local disk;
+    /// reads then go straight to the file (`pread` on a cached handle)
+    /// instead of through `object_store`'s blocking-thread hand-off, which
+    /// cost more than the read itself for point gets.
+    pub fn new(meta: SegmentMeta, store: Arc<dyn ObjectStore>, local_root: Option<&std::path::Path>) -> Self {
         let (min_key, max_key) = meta.key_bounds();
         Segment {
+            local_path: local_root.map(|r| r.join(&meta.path)),
+            local_file: std::sync::OnceLock::new(),
             meta,
             min_key,
             max_key,
@@ -103,6 +111,18 @@ impl Segment {
 
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
+    }
+
+    /// The open local file, when the segment is on a local disk.
+    pub fn local_file(&self) -> crate::Result<Option<Arc<std::fs::File>>> {
+        let Some(path) = &self.local_path else { return Ok(None) };
+        if let Some(f) = self.local_file.get() {
+            return Ok(Some(f.clone()));
+        }
+        let f = Arc::new(
+            std::fs::File::open(path).map_err(|e| crate::Error::io(format!("open segment {}", path.display()), e))?,
+        );
+        Ok(Some(self.local_file.get_or_init(|| f).clone()))
     }
 }
 

@@ -53,6 +53,7 @@ impl Segment {
             store: self.store().clone(),
             path: self.object_path(),
             size: self.meta.size_bytes,
+            local: self.local_file().ok().flatten(),
         }
     }
 
@@ -107,6 +108,16 @@ struct SegmentFileReader {
     store: Arc<dyn object_store::ObjectStore>,
     path: object_store::path::Path,
     size: u64,
+    /// Set on a local disk: read with `pread` directly.
+    local: Option<Arc<std::fs::File>>,
+}
+
+fn read_local(file: &std::fs::File, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; (range.end - range.start) as usize];
+    file.read_exact_at(&mut buf, range.start)
+        .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
+    Ok(Bytes::from(buf))
 }
 
 fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
@@ -115,6 +126,10 @@ fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
 
 impl AsyncFileReader for SegmentFileReader {
     fn get_bytes(&mut self, range: std::ops::Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        if let Some(f) = &self.local {
+            let r = read_local(f, range);
+            return async move { r }.boxed();
+        }
         async move { self.store.get_range(&self.path, range).await.map_err(to_parquet_err) }.boxed()
     }
 
@@ -122,6 +137,10 @@ impl AsyncFileReader for SegmentFileReader {
         &mut self,
         ranges: Vec<std::ops::Range<u64>>,
     ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        if let Some(f) = &self.local {
+            let r = ranges.into_iter().map(|r| read_local(f, r)).collect();
+            return async move { r }.boxed();
+        }
         async move { self.store.get_ranges(&self.path, &ranges).await.map_err(to_parquet_err) }.boxed()
     }
 

@@ -9,7 +9,7 @@ use arrow::array::{
 };
 use arrow::datatypes::Schema;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
@@ -25,18 +25,18 @@ use crate::types::{PkValue, Value};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SegmentWriteOptions {
     /// Rows per Parquet row group (a key's ranks never straddle two).
-    /// Defaults to 65536.
+    /// Defaults to 16384.
     pub row_group_rows: usize,
     /// Rows per data page: smaller pages make point gets read less.
-    /// Defaults to 1024.
+    /// Defaults to 256.
     pub page_rows: usize,
 }
 
 impl Default for SegmentWriteOptions {
     fn default() -> Self {
         SegmentWriteOptions {
-            row_group_rows: 64 * 1024,
-            page_rows: 1024,
+            row_group_rows: 16 * 1024,
+            page_rows: 256,
         }
     }
 }
@@ -62,7 +62,7 @@ pub(crate) fn write_segment(
     }
     let columns: Vec<(String, TypeSet)> = columns.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
     let schema = format::arrow_schema(table, &columns);
-    let props = writer_properties(table, opts, states.len());
+    let props = writer_properties(table, &columns, opts, states.len());
     let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
     let mut batch = BatchBuilder::new(table, &columns);
     let mut num_rows = 0u64;
@@ -98,10 +98,25 @@ pub(crate) fn write_segment(
     Ok((bytes, meta))
 }
 
-fn writer_properties(table: &TableSchema, opts: SegmentWriteOptions, keys: usize) -> WriterProperties {
+/// Dictionary pages are read whole by every read of a column chunk, even a
+/// point get that needs one row. A dictionary only pays off for repeated
+/// strings, so it is enabled for string and binary values alone and kept
+/// small; numbers, versions and sequence numbers are stored plain (ZSTD
+/// still compresses them). Measured: with dictionaries everywhere a point get
+/// decompressed ~1 MiB dictionary pages per column (p50 3.6 ms).
+const DICTIONARY_PAGE_BYTES: usize = 64 * 1024;
+
+fn writer_properties(
+    table: &TableSchema,
+    columns: &[(String, TypeSet)],
+    opts: SegmentWriteOptions,
+    keys: usize,
+) -> WriterProperties {
     let pk = ColumnPath::from(format::PK);
     let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+        .set_dictionary_enabled(false)
+        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
+        .set_compression(Compression::LZ4_RAW)
         .set_max_row_group_row_count(None)
         .set_max_row_group_bytes(None)
         .set_data_page_row_count_limit(opts.page_rows)
@@ -117,7 +132,18 @@ fn writer_properties(table: &TableSchema, opts: SegmentWriteOptions, keys: usize
         .set_column_bloom_filter_fpp(pk.clone(), 0.01)
         .set_column_bloom_filter_max_ndv(pk, keys.clamp(1, opts.row_group_rows) as u64);
     for c in &table.primary_key {
-        b = b.set_column_statistics_enabled(ColumnPath::from(c.name.as_str()), EnabledStatistics::Page);
+        let path = ColumnPath::from(c.name.as_str());
+        b = b.set_column_statistics_enabled(path.clone(), EnabledStatistics::Page);
+        if c.pk_type != crate::types::PkType::Integer {
+            b = b.set_column_dictionary_enabled(path, true);
+        }
+    }
+    for (name, types) in columns {
+        for child in ["s", "b"] {
+            if types.has(if child == "s" { 4 } else { 8 }) {
+                b = b.set_column_dictionary_enabled(ColumnPath::new(vec![name.clone(), child.to_string()]), true);
+            }
+        }
     }
     b.build()
 }

@@ -32,7 +32,7 @@ async fn scans_see_whole_batches_while_writers_and_flushes_run() {
                                 .into()
                         })
                         .collect();
-                    for r in t.write_batch(&batch).await.unwrap() {
+                    for r in t.write_batch(batch).await.unwrap() {
                         r.unwrap();
                     }
                 }

@@ -35,8 +35,7 @@ async fn multi_version_keys_read_back_across_row_groups_pages_and_windows() {
         }
         batch.push(RowWrite::from(p));
         if batch.len() == 200 {
-            t.write_batch(&batch).await.unwrap();
-            batch.clear();
+            t.write_batch(std::mem::take(&mut batch)).await.unwrap();
         }
     }
     t.flush().await.unwrap();
