@@ -196,6 +196,12 @@ impl Database {
     /// Opens the database in `path`: takes the directory lock, loads the
     /// catalog and manifests, and replays the WAL.
     pub async fn open_with(path: impl AsRef<Path>, options: DbOptions) -> Result<Database> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::new(
+                ErrorKind::Closed,
+                "Database::open must run inside a Tokio runtime (e.g. #[tokio::main])",
+            )
+        })?;
         let root = path.as_ref().to_path_buf();
         std::fs::create_dir_all(root.join("wal"))
             .map_err(|e| Error::io(format!("create data directory {}", root.display()), e))?;
@@ -251,10 +257,17 @@ impl Database {
             if let Some((t, flushed)) = by_id.get(&e.table_id)
                 && e.seq > *flushed
             {
-                t.state.read().active.insert(&e.key, e.seq, e.mutation);
+                t.state.read().active.insert(e.key, e.seq, e.mutation);
             }
         }
-        let wal = WalWriter::create(&wal_dir, replayed.files, options.durability, options.wal_file_bytes)?;
+        let mut wal = WalWriter::create(&wal_dir, replayed.files, options.durability, options.wal_file_bytes)?;
+        // WAL files left by earlier runs whose writes are all flushed.
+        let min_unflushed = by_id
+            .values()
+            .filter_map(|(t, _)| t.min_unflushed_seq())
+            .min()
+            .unwrap_or(u64::MAX);
+        wal.delete_obsolete(min_unflushed)?;
 
         let flush_env = FlushEnv {
             store: store.clone(),
@@ -271,7 +284,7 @@ impl Database {
             tables: RwLock::new(tables),
             visible_seq: AtomicU64::new(max_seq),
             stall_micros: AtomicU64::new(0),
-            runtime: tokio::runtime::Handle::current(),
+            runtime,
             commit_tx: OnceLock::new(),
             me: me.clone(),
             closed: AtomicBool::new(false),

@@ -31,17 +31,9 @@ impl Memtable {
     }
 
     /// Adds one write. Sequences must arrive in increasing order.
-    pub fn insert(&self, key: &[u8], seq: u64, m: Mutation) {
+    pub fn insert(&self, key: Vec<u8>, seq: u64, m: Mutation) {
         let bytes = m.approx_bytes() + key.len() + 16;
-        {
-            let mut map = self.map.write();
-            match map.get_mut(key) {
-                Some(ops) => ops.push((seq, m)),
-                None => {
-                    map.insert(key.to_vec(), vec![(seq, m)]);
-                }
-            }
-        }
+        self.map.write().entry(key).or_default().push((seq, m));
         self.approx_bytes.fetch_add(bytes, Ordering::Relaxed);
         let _ = self
             .min_seq

@@ -162,7 +162,7 @@ fn commit_group(
                 m
             }
         };
-        active.insert(&w.key, first + i as u64, w.mutation);
+        active.insert(w.key, first + i as u64, w.mutation);
     }
     host.visible_seq().store(last, Ordering::Release);
     Ok(first)

@@ -103,3 +103,30 @@ async fn a_corrupt_wal_record_in_the_middle_is_refused() {
     let db = open(dir.path(), &clock).await;
     assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await.len(), 9);
 }
+
+/// WAL files whose writes are all in segments are deleted, so reopening
+/// does not replay (or keep) history that is already flushed.
+#[tokio::test]
+async fn flushed_wal_files_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let wal_files = || std::fs::read_dir(dir.path().join("wal")).unwrap().count();
+    for round in 0..3 {
+        let db = open(dir.path(), &clock).await;
+        if round == 0 {
+            card_order_table(&db, TableOptions::default()).await;
+        }
+        let t = db.table("t").unwrap();
+        for i in 0..100 {
+            t.put_row(PutRow::new(pk(i, "a")).column("n", round)).await.unwrap();
+        }
+        t.flush().await.unwrap();
+        drop(t);
+        db.close().await.unwrap();
+    }
+    let db = open(dir.path(), &clock).await;
+    assert_eq!(wal_files(), 1, "only the new, empty WAL file is left");
+    let rows = scan_all(&db.table("t").unwrap(), GetRange::new()).await;
+    assert_eq!(rows.len(), 100);
+    assert!(rows.iter().all(|r| r.latest("n") == Some(&Value::Integer(2))));
+}
