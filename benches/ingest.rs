@@ -63,5 +63,7 @@ fn main() {
             wal_bytes as f64 / 1e6,
             db.stall_micros() as f64 / 1e6
         );
+        drop(t);
+        db.close().await.unwrap();
     });
 }

@@ -55,7 +55,7 @@ pub(crate) struct Segment {
     pub max_key: Vec<u8>,
     store: Arc<dyn ObjectStore>,
     local_path: Option<std::path::PathBuf>,
-    local_file: std::sync::OnceLock<Arc<std::fs::File>>,
+    local_file: std::sync::OnceLock<Arc<memmap2::Mmap>>,
     reader_meta: OnceCell<ArrowReaderMetadata>,
     /// The `__pk` bloom filter of each row group, read once.
     blooms: OnceCell<Vec<Option<Sbbf>>>,
@@ -113,16 +113,19 @@ impl Segment {
         &self.store
     }
 
-    /// The open local file, when the segment is on a local disk.
-    pub fn local_file(&self) -> crate::Result<Option<Arc<std::fs::File>>> {
+    /// The segment file mapped into memory, when it is on a local disk.
+    pub fn local_file(&self) -> crate::Result<Option<Arc<memmap2::Mmap>>> {
         let Some(path) = &self.local_path else { return Ok(None) };
-        if let Some(f) = self.local_file.get() {
-            return Ok(Some(f.clone()));
+        if let Some(m) = self.local_file.get() {
+            return Ok(Some(m.clone()));
         }
-        let f = Arc::new(
-            std::fs::File::open(path).map_err(|e| crate::Error::io(format!("open segment {}", path.display()), e))?,
-        );
-        Ok(Some(self.local_file.get_or_init(|| f).clone()))
+        let err = |e| crate::Error::io(format!("map segment {}", path.display()), e);
+        let file = std::fs::File::open(path).map_err(err)?;
+        // SAFETY: segment files are immutable once their manifest names them:
+        // nothing writes to or truncates them afterwards (they are only
+        // deleted, which leaves an existing mapping intact on Unix).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(err)?;
+        Ok(Some(self.local_file.get_or_init(|| Arc::new(map)).clone()))
     }
 }
 

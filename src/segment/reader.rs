@@ -108,16 +108,28 @@ struct SegmentFileReader {
     store: Arc<dyn object_store::ObjectStore>,
     path: object_store::path::Path,
     size: u64,
-    /// Set on a local disk: read with `pread` directly.
-    local: Option<Arc<std::fs::File>>,
+    /// Set on a local disk: the file mapped into memory, read without copies.
+    local: Option<Arc<memmap2::Mmap>>,
 }
 
-fn read_local(file: &std::fs::File, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; (range.end - range.start) as usize];
-    file.read_exact_at(&mut buf, range.start)
-        .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
-    Ok(Bytes::from(buf))
+/// A range of a mapped segment, owned by `Bytes` without copying.
+struct MappedRange(Arc<memmap2::Mmap>, std::ops::Range<usize>);
+
+impl AsRef<[u8]> for MappedRange {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[self.1.clone()]
+    }
+}
+
+fn read_local(map: &Arc<memmap2::Mmap>, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
+    let (start, end) = (range.start as usize, range.end as usize);
+    if start > end || end > map.len() {
+        return Err(parquet::errors::ParquetError::EOF(format!(
+            "range {start}..{end} is past the end of a {}-byte segment",
+            map.len()
+        )));
+    }
+    Ok(Bytes::from_owner(MappedRange(map.clone(), start..end)))
 }
 
 fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
