@@ -17,21 +17,11 @@ use cellar::*;
 use futures::stream::{FuturesUnordered, StreamExt};
 
 fn main() {
-    let rows: u64 = std::env::args()
-        .filter_map(|a| a.parse().ok())
-        .next()
-        .unwrap_or(2_000_000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    let rows = common::rows_arg(2_000_000);
+    common::runtime().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::open(dir.path()).await.unwrap();
-        db.create_table(common::schema(), TableOptions::default())
-            .await
-            .unwrap();
-        let t = db.table("bench").unwrap();
+        let t = common::bench_table(&db).await;
         let start = Instant::now();
         let mut in_flight = FuturesUnordered::new();
         let mut next = 0u64;

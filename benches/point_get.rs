@@ -18,23 +18,13 @@ use cellar::*;
 use rand::{Rng, SeedableRng};
 
 fn main() {
-    let rows: u64 = std::env::args()
-        .filter_map(|a| a.parse().ok())
-        .next()
-        .unwrap_or(1_000_000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    let rows = common::rows_arg(1_000_000);
+    common::runtime().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::open_with(dir.path(), DbOptions::default().durability(Durability::None))
             .await
             .unwrap();
-        db.create_table(common::schema(), TableOptions::default())
-            .await
-            .unwrap();
-        let t = db.table("bench").unwrap();
+        let t = common::bench_table(&db).await;
         let mut batch = Vec::with_capacity(200);
         for i in 0..rows {
             batch.push(common::row(i));

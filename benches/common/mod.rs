@@ -21,3 +21,23 @@ pub fn row(i: u64) -> RowWrite {
         .column("refund", i.is_multiple_of(31))
         .into()
 }
+
+/// The row count from the command line (`cargo bench --bench X -- ROWS`).
+pub fn rows_arg(default: u64) -> u64 {
+    std::env::args()
+        .filter_map(|a| a.parse().ok())
+        .next()
+        .unwrap_or(default)
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub async fn bench_table(db: &Database) -> Table {
+    db.create_table(schema(), TableOptions::default()).await.unwrap();
+    db.table("bench").unwrap()
+}

@@ -85,7 +85,7 @@ pub(super) async fn run(db: &Database) -> Result<()> {
         row.as_ref().map(json::row_json).unwrap_or(serde_json::Value::Null)
     );
 
-    println!("\n-- GetRange: card 7's three newest orders at canteen_1 (backward, limit 3)");
+    println!("\n-- GetRange backward, limit 3: card 7's last three orders (in key order) at canteen_1");
     let page = t
         .get_range(
             GetRange::new()

@@ -41,3 +41,13 @@ pub async fn scan_all(t: &Table, mut req: GetRange) -> Vec<Row> {
         }
     }
 }
+
+/// A fresh database in a temporary directory on a manual clock at [`T0`],
+/// with the `t(card INTEGER, order STRING)` table.
+pub async fn fixture(options: TableOptions) -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = open(dir.path(), &clock).await;
+    let t = card_order_table(&db, options).await;
+    (dir, clock, db, t)
+}

@@ -106,10 +106,7 @@ async fn integers_strings_binaries_and_composites_sort_by_column() {
 
 #[tokio::test]
 async fn prefix_bounds_include_start_and_exclude_end_in_both_directions() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = open(dir.path(), &clock).await;
-    let t = card_order_table(&db, TableOptions::default()).await;
+    let (_dir, _clock, _db, t) = fixture(TableOptions::default()).await;
     for card in 0..5 {
         for order in ["x", "y"] {
             t.put_row(PutRow::new(pk(card, order)).column("n", card)).await.unwrap();

@@ -1,7 +1,5 @@
 //! Versions, TTL, max_versions and the write window (SPEC section 2).
 
-use std::sync::Arc;
-
 use cellar::*;
 
 use crate::common::*;
@@ -24,16 +22,10 @@ async fn versions_of(t: &Table, col: &str) -> Vec<i64> {
 
 #[tokio::test]
 async fn raising_max_versions_or_ttl_before_compaction_brings_versions_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = open(dir.path(), &clock).await;
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            max_versions: 3,
-            ..Default::default()
-        },
-    )
+    let (_dir, _clock, db, t) = fixture(TableOptions {
+        max_versions: 3,
+        ..Default::default()
+    })
     .await;
     for (i, v) in [T0 - 3000, T0 - 2000, T0 - 1000].iter().enumerate() {
         t.update_row(UpdateRow::new(pk(1, "a")).put_at("c", i as i64, *v))
@@ -110,16 +102,10 @@ async fn raising_max_versions_or_ttl_before_compaction_brings_versions_back() {
 
 #[tokio::test]
 async fn expired_rows_vanish_and_pk_only_rows_exist() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = open(dir.path(), &clock).await;
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            ttl_secs: 10,
-            ..Default::default()
-        },
-    )
+    let (_dir, clock, _db, t) = fixture(TableOptions {
+        ttl_secs: 10,
+        ..Default::default()
+    })
     .await;
     t.put_row(PutRow::new(pk(1, "a"))).await.unwrap();
     t.put_row(PutRow::new(pk(2, "b")).column("x", 1)).await.unwrap();
@@ -140,10 +126,7 @@ async fn expired_rows_vanish_and_pk_only_rows_exist() {
 
 #[tokio::test]
 async fn version_window_is_enforced_with_a_clear_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = open(dir.path(), &clock).await;
-    let t = card_order_table(&db, TableOptions::default()).await;
+    let (_dir, _clock, _db, t) = fixture(TableOptions::default()).await;
     t.put_row(PutRow::new(pk(1, "a")).column_at("v", 1, 1_468_972_800_000))
         .await
         .unwrap();
@@ -168,16 +151,10 @@ async fn version_window_is_enforced_with_a_clear_error() {
 
 #[tokio::test]
 async fn deletes_act_in_write_order_and_limits_are_enforced() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = open(dir.path(), &clock).await;
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            max_versions: 5,
-            ..Default::default()
-        },
-    )
+    let (_dir, _clock, db, t) = fixture(TableOptions {
+        max_versions: 5,
+        ..Default::default()
+    })
     .await;
     t.update_row(UpdateRow::new(pk(1, "a")).put_at("c", 1, T0))
         .await
@@ -236,16 +213,10 @@ async fn deletes_act_in_write_order_and_limits_are_enforced() {
 
 #[tokio::test]
 async fn reads_honour_columns_time_range_and_batches() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = open(dir.path(), &clock).await;
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            max_versions: 3,
-            ..Default::default()
-        },
-    )
+    let (_dir, _clock, db, t) = fixture(TableOptions {
+        max_versions: 3,
+        ..Default::default()
+    })
     .await;
     t.put_row(
         PutRow::new(pk(1, "a"))
