@@ -9,22 +9,7 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_version_keys_read_back_across_row_groups_pages_and_windows() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let opts = DbOptions {
-        row_group_rows: 700,
-        page_rows: 64,
-        ..DbOptions::default().clock(clock.clone())
-    };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            max_versions: 3,
-            ..Default::default()
-        },
-    )
-    .await;
+    let (_dir, t) = small_segments(700, 64).await;
     let n = 3000i64;
     let versions = |i: i64| (i % 3 + 1) as usize;
     let mut batch = Vec::new();
@@ -101,22 +86,7 @@ async fn multi_version_keys_read_back_across_row_groups_pages_and_windows() {
 
 #[tokio::test]
 async fn row_groups_are_cut_at_key_boundaries() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let opts = DbOptions {
-        row_group_rows: 100,
-        page_rows: 16,
-        ..DbOptions::default().clock(clock.clone())
-    };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            max_versions: 3,
-            ..Default::default()
-        },
-    )
-    .await;
+    let (dir, t) = small_segments(100, 16).await;
     for i in 0..400i64 {
         let p = PutRow::new(pk(i, "k"))
             .column_at("c", 1, T0)
@@ -147,4 +117,26 @@ async fn row_groups_are_cut_at_key_boundaries() {
     let rows = scan_all(&t, GetRange::new().backward().options(all)).await;
     assert_eq!(rows.len(), 400);
     assert!(rows.iter().all(|r| r.column("c").unwrap().len() == 3));
+}
+
+/// A `t` table keeping 3 versions, in a database whose segments have row
+/// groups of `row_group_rows` and pages of `page_rows`.
+async fn small_segments(row_group_rows: usize, page_rows: usize) -> (tempfile::TempDir, Table) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let opts = DbOptions {
+        row_group_rows,
+        page_rows,
+        ..DbOptions::default().clock(clock)
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(
+        &db,
+        TableOptions {
+            max_versions: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    (dir, t)
 }

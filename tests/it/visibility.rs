@@ -34,69 +34,21 @@ async fn raising_max_versions_or_ttl_before_compaction_brings_versions_back() {
     }
     t.flush().await.unwrap();
     assert_eq!(versions_of(&t, "c").await, vec![T0 - 1000, T0 - 2000, T0 - 3000]);
-    db.alter_table(
-        "t",
-        OptionsUpdate {
-            max_versions: Some(1),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set(&db, max_versions(1)).await;
     assert_eq!(versions_of(&t, "c").await, vec![T0 - 1000]);
-    db.alter_table(
-        "t",
-        OptionsUpdate {
-            max_versions: Some(3),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set(&db, max_versions(3)).await;
     assert_eq!(versions_of(&t, "c").await, vec![T0 - 1000, T0 - 2000, T0 - 3000]);
 
     // TTL 2 s at T0: versions below T0 - 2000 are expired
-    db.alter_table(
-        "t",
-        OptionsUpdate {
-            ttl_secs: Some(2),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set(&db, ttl_secs(2)).await;
     assert_eq!(versions_of(&t, "c").await, vec![T0 - 1000, T0 - 2000]);
-    db.alter_table(
-        "t",
-        OptionsUpdate {
-            ttl_secs: Some(-1),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set(&db, ttl_secs(-1)).await;
     assert_eq!(versions_of(&t, "c").await.len(), 3);
 
     // after a compaction under max_versions 1, raising it brings nothing back
-    db.alter_table(
-        "t",
-        OptionsUpdate {
-            max_versions: Some(1),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set(&db, max_versions(1)).await;
     t.compact().await.unwrap();
-    db.alter_table(
-        "t",
-        OptionsUpdate {
-            max_versions: Some(3),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set(&db, max_versions(3)).await;
     assert_eq!(versions_of(&t, "c").await, vec![T0 - 1000]);
 }
 
@@ -198,15 +150,7 @@ async fn deletes_act_in_write_order_and_limits_are_enforced() {
         p = p.column(format!("c{i}"), 1);
     }
     assert_eq!(t.put_row(p).await.unwrap_err().kind(), ErrorKind::OutOfColumnCountLimit);
-    db.alter_table(
-        "t",
-        OptionsUpdate {
-            allow_update: Some(false),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    set(&db, allow_update(false)).await;
     let e = t.update_row(UpdateRow::new(pk(1, "a")).put("c", 1)).await.unwrap_err();
     assert!(e.message().contains("allow_update"));
 }
@@ -289,4 +233,29 @@ async fn reads_honour_columns_time_range_and_batches() {
         db.batch_write(too_many).await.unwrap_err().kind(),
         ErrorKind::ParameterInvalid
     );
+}
+
+async fn set(db: &Database, update: OptionsUpdate) {
+    db.alter_table("t", update).await.unwrap();
+}
+
+fn max_versions(n: u32) -> OptionsUpdate {
+    OptionsUpdate {
+        max_versions: Some(n),
+        ..Default::default()
+    }
+}
+
+fn ttl_secs(s: i64) -> OptionsUpdate {
+    OptionsUpdate {
+        ttl_secs: Some(s),
+        ..Default::default()
+    }
+}
+
+fn allow_update(b: bool) -> OptionsUpdate {
+    OptionsUpdate {
+        allow_update: Some(b),
+        ..Default::default()
+    }
 }
