@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
 
+use crate::error::Result;
 use crate::key::KeyRange;
-use crate::row::{Mutation, RowState};
+use crate::row::{Action, Mutation, RowState};
+use crate::segment::format::TypeSet;
 
 type Ops = Vec<(u64, Mutation)>;
 
@@ -124,16 +126,47 @@ impl Memtable {
         out
     }
 
-    /// Every key with its folded state (for a flush: no snapshot limit).
-    pub fn fold_all(&self) -> Vec<(Vec<u8>, RowState)> {
+    /// The attribute columns written here with the value types written
+    /// (a superset of what the folded states hold).
+    pub fn columns(&self) -> Vec<(String, TypeSet)> {
         let map = self.map.read();
-        map.iter()
-            .map(|(k, ops)| {
-                let mut st = RowState::default();
-                apply_ops(ops, u64::MAX, &mut st);
-                (k.clone(), st)
-            })
-            .collect()
+        let mut cols: std::collections::BTreeMap<&str, TypeSet> = Default::default();
+        for ops in map.values() {
+            for (_, m) in ops {
+                match m {
+                    Mutation::Put { cells, .. } => {
+                        for (name, _, v) in cells {
+                            cols.entry(name.as_str()).or_default().add(v);
+                        }
+                    }
+                    Mutation::Update { actions } => {
+                        for a in actions {
+                            if let Action::Put { column, value, .. } = a {
+                                cols.entry(column.as_str()).or_default().add(value);
+                            }
+                        }
+                    }
+                    Mutation::Delete => {}
+                }
+            }
+        }
+        cols.into_iter().map(|(n, t)| (n.to_string(), t)).collect()
+    }
+
+    /// Calls `f` for every key in order with its folded state (a flush: no
+    /// snapshot limit), without copying the memtable.
+    pub fn for_each_folded(&self, mut f: impl FnMut(&[u8], &RowState) -> Result<()>) -> Result<()> {
+        let map = self.map.read();
+        for (k, ops) in map.iter() {
+            let mut st = RowState::default();
+            apply_ops(ops, u64::MAX, &mut st);
+            f(k, &st)?;
+        }
+        Ok(())
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.map.read().len()
     }
 }
 

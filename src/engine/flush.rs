@@ -16,7 +16,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::table::TableInner;
 use crate::error::{Error, Result};
-use crate::segment::{Segment, SegmentWriteOptions, write_segment};
+use crate::segment::{Segment, SegmentBuilder, SegmentWriteOptions};
 
 /// Where segment files are written and how.
 pub(crate) struct FlushEnv {
@@ -45,8 +45,10 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
             let opts = env.segment_options;
             let mem2 = mem.clone();
             let (bytes, mut meta) = tokio::task::spawn_blocking(move || {
-                let states = mem2.fold_all();
-                write_segment(&schema, &states, seq_range, opts)
+                // Frozen: no more writes come, so fold straight from it.
+                let mut b = SegmentBuilder::new(&schema, mem2.columns(), opts, mem2.key_count())?;
+                mem2.for_each_folded(|k, st| b.push(k, st))?;
+                b.finish(seq_range)
             })
             .await
             .map_err(|e| Error::io("flush task", e))??;

@@ -10,7 +10,7 @@ mod reader;
 mod writer;
 
 pub(crate) use reader::SegmentCursor;
-pub(crate) use writer::{SegmentWriteOptions, write_segment};
+pub(crate) use writer::{SegmentBuilder, SegmentWriteOptions, write_segment};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -43,16 +43,101 @@ impl Default for SegmentWriteOptions {
 
 const BATCH_ROWS: usize = 8192;
 
-/// Encodes `states` (sorted by key, unique) as one segment file. Returns the
-/// file bytes and its metadata (`id` and `path` left for the caller).
-pub(crate) fn write_segment(
-    table: &TableSchema,
-    states: &[(Vec<u8>, RowState)],
-    seq_range: (u64, u64),
+/// Builds one segment file from key states pushed in key order.
+pub(crate) struct SegmentBuilder<'a> {
+    table: &'a TableSchema,
     opts: SegmentWriteOptions,
-) -> Result<(Vec<u8>, SegmentMeta)> {
+    columns: Vec<(String, TypeSet)>,
+    schema: Arc<Schema>,
+    writer: ArrowWriter<Vec<u8>>,
+    batch: BatchBuilder,
+    num_rows: u64,
+    num_keys: u64,
+    min_key: Option<Vec<u8>>,
+    max_key: Vec<u8>,
+}
+
+impl<'a> SegmentBuilder<'a> {
+    /// `columns`: every attribute column the states may hold, with the value
+    /// types that may occur (sorted by name); `expected_keys` sizes the
+    /// bloom filter.
+    pub fn new(
+        table: &'a TableSchema,
+        columns: Vec<(String, TypeSet)>,
+        opts: SegmentWriteOptions,
+        expected_keys: usize,
+    ) -> Result<Self> {
+        let schema = format::arrow_schema(table, &columns);
+        let props = writer_properties(table, &columns, opts, expected_keys);
+        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
+        let batch = BatchBuilder::new(table, &columns);
+        Ok(SegmentBuilder {
+            table,
+            opts,
+            columns,
+            schema,
+            writer,
+            batch,
+            num_rows: 0,
+            num_keys: 0,
+            min_key: None,
+            max_key: Vec::new(),
+        })
+    }
+
+    /// Adds the next key (greater than every key pushed before).
+    pub fn push(&mut self, key: &[u8], st: &RowState) -> Result<()> {
+        self.batch.push_key(self.table, key, st)?;
+        if self.min_key.is_none() {
+            self.min_key = Some(key.to_vec());
+        }
+        self.max_key.clear();
+        self.max_key.extend_from_slice(key);
+        self.num_keys += 1;
+        // Row groups end at key boundaries: a key's ranks never straddle two.
+        let group_full = self.writer.in_progress_rows() + self.batch.rows >= self.opts.row_group_rows;
+        if self.batch.rows >= BATCH_ROWS || group_full {
+            self.write_batch()?;
+            if group_full {
+                self.writer.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_batch(&mut self) -> Result<()> {
+        self.num_rows += self.batch.rows as u64;
+        let batch = self.batch.finish(&self.schema)?;
+        self.writer.write(&batch)?;
+        Ok(())
+    }
+
+    /// The file bytes and metadata (`id` and `path` left for the caller).
+    pub fn finish(mut self, seq_range: (u64, u64)) -> Result<(Vec<u8>, SegmentMeta)> {
+        if self.batch.rows > 0 {
+            self.write_batch()?;
+        }
+        let bytes = self.writer.into_inner()?;
+        let meta = SegmentMeta {
+            id: 0,
+            path: String::new(),
+            size_bytes: bytes.len() as u64,
+            min_key: self.min_key.as_deref().map(hex_encode).unwrap_or_default(),
+            max_key: hex_encode(&self.max_key),
+            num_keys: self.num_keys,
+            num_rows: self.num_rows,
+            min_seq: seq_range.0,
+            max_seq: seq_range.1,
+            columns: self.columns,
+        };
+        Ok((bytes, meta))
+    }
+}
+
+/// The attribute columns of `states` with the value types they hold.
+pub(crate) fn columns_of<'s>(states: impl IntoIterator<Item = &'s RowState>) -> Vec<(String, TypeSet)> {
     let mut columns: std::collections::BTreeMap<&str, TypeSet> = Default::default();
-    for (_, st) in states {
+    for st in states {
         for (name, col) in &st.columns {
             let t = columns.entry(name.as_str()).or_default();
             for (_, v) in &col.versions {
@@ -60,42 +145,22 @@ pub(crate) fn write_segment(
             }
         }
     }
-    let columns: Vec<(String, TypeSet)> = columns.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
-    let schema = format::arrow_schema(table, &columns);
-    let props = writer_properties(table, &columns, opts, states.len());
-    let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
-    let mut batch = BatchBuilder::new(table, &columns);
-    let mut num_rows = 0u64;
+    columns.into_iter().map(|(n, t)| (n.to_string(), t)).collect()
+}
+
+/// Encodes `states` (sorted by key, unique) as one segment file.
+pub(crate) fn write_segment(
+    table: &TableSchema,
+    states: &[(Vec<u8>, RowState)],
+    seq_range: (u64, u64),
+    opts: SegmentWriteOptions,
+) -> Result<(Vec<u8>, SegmentMeta)> {
+    let columns = columns_of(states.iter().map(|(_, s)| s));
+    let mut b = SegmentBuilder::new(table, columns, opts, states.len())?;
     for (key, st) in states {
-        batch.push_key(table, key, st)?;
-        // Row groups end at key boundaries: a key's ranks never straddle two.
-        let group_full = writer.in_progress_rows() + batch.rows >= opts.row_group_rows;
-        if batch.rows >= BATCH_ROWS || group_full {
-            num_rows += batch.rows as u64;
-            writer.write(&batch.finish(&schema)?)?;
-            if group_full {
-                writer.flush()?;
-            }
-        }
+        b.push(key, st)?;
     }
-    if batch.rows > 0 {
-        num_rows += batch.rows as u64;
-        writer.write(&batch.finish(&schema)?)?;
-    }
-    let bytes = writer.into_inner()?;
-    let meta = SegmentMeta {
-        id: 0,
-        path: String::new(),
-        size_bytes: bytes.len() as u64,
-        min_key: states.first().map(|(k, _)| hex_encode(k)).unwrap_or_default(),
-        max_key: states.last().map(|(k, _)| hex_encode(k)).unwrap_or_default(),
-        num_keys: states.len() as u64,
-        num_rows,
-        min_seq: seq_range.0,
-        max_seq: seq_range.1,
-        columns,
-    };
-    Ok((bytes, meta))
+    b.finish(seq_range)
 }
 
 /// Dictionary pages are read whole by every read of a column chunk, even a
@@ -311,14 +376,17 @@ impl BatchBuilder {
                 self.tomb.append_null();
             }
             // Merge-join the key's columns (sorted) with the segment's (sorted).
+            // A key may hold columns the segment has no Parquet column for
+            // (tombstones only, kept in `__tomb`): skip past them.
             let mut cols = st.columns.iter().peekable();
             for (name, attr) in self.names.iter().zip(self.attrs.iter_mut()) {
+                while cols.peek().is_some_and(|(n, _)| n.as_str() < name.as_str()) {
+                    cols.next();
+                }
                 let cell = match cols.peek() {
                     Some((n, c)) if *n == name => {
                         let c: &ColumnState = c;
-                        let cell = c.versions.get(rank as usize);
-                        cols.next();
-                        cell
+                        c.versions.get(rank as usize)
                     }
                     _ => None,
                 };

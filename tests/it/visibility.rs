@@ -259,3 +259,23 @@ fn allow_update(b: bool) -> OptionsUpdate {
         ..Default::default()
     }
 }
+
+/// Regression: a key holding a tombstone-only column that sorts before a
+/// written column lost the written value when flushed (the segment writer's
+/// merge-join of the key's columns with the segment's stalled on the
+/// tombstone's name). Found by the model test.
+#[tokio::test]
+async fn tombstone_only_columns_do_not_hide_later_columns_in_a_flush() {
+    let (_dir, _clock, _db, t) = fixture(TableOptions::default()).await;
+    t.update_row(UpdateRow::new(pk(1, "a")).put_at("a", 1, T0))
+        .await
+        .unwrap();
+    t.flush().await.unwrap();
+    t.update_row(UpdateRow::new(pk(1, "a")).delete_all("a").put_at("d", 2, T0))
+        .await
+        .unwrap();
+    t.flush().await.unwrap();
+    let row = t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().unwrap();
+    assert_eq!(row.columns.len(), 1);
+    assert_eq!(row.latest("d"), Some(&Value::Integer(2)));
+}
