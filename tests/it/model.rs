@@ -215,7 +215,13 @@ fn key_of(row: &Row) -> Key {
 async fn run_model(seed: u64, steps: usize) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
-    let small = || DbOptions::default().clock(clock.clone()).memtable_bytes(4 << 10);
+    // Tiny memtables, row groups and pages, so that background flushes,
+    // many segments and page-level pruning all happen on small data.
+    let small = || DbOptions {
+        row_group_rows: 16,
+        page_rows: 4,
+        ..DbOptions::default().clock(clock.clone()).memtable_bytes(4 << 10)
+    };
     let mut db = Database::open_with(dir.path(), small()).await.unwrap();
     let mut t = card_order_table(
         &db,
@@ -320,7 +326,12 @@ async fn run_model(seed: u64, steps: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_matches_reference_with_flush_reopen_compact() {
-    for seed in 0..6 {
+    // CELLAR_MODEL_SEEDS=N runs more seeds (a longer hunt for bugs).
+    let seeds = std::env::var("CELLAR_MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6u64);
+    for seed in 0..seeds {
         run_model(seed, 700).await;
     }
 }
