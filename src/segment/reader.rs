@@ -283,12 +283,14 @@ impl SegmentCursor {
             .collect();
         let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), wanted);
         let total = md.row_group(rg).num_rows() as usize;
+        // Batch buffers are sized up front: a point get selects one page.
+        let batch_rows = (rows.end - rows.start).clamp(1, 8192);
         let selection = RowSelection::from_consecutive_ranges(std::iter::once(rows), total);
         let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(self.seg.object_reader(), meta.clone())
             .with_row_groups(vec![rg])
             .with_projection(mask)
             .with_row_selection(selection)
-            .with_batch_size(8192)
+            .with_batch_size(batch_rows)
             .build()
             .map_err(|e| Error::corruption(format!("segment {}: {e}", self.seg.meta.path)))?;
         while let Some(batch) = stream.next().await {
