@@ -206,10 +206,16 @@ impl Database {
         std::fs::create_dir_all(root.join("wal"))
             .map_err(|e| Error::io(format!("create data directory {}", root.display()), e))?;
         let lock = lock_dir(&root)?;
-        let store: Arc<dyn ObjectStore> = Arc::new(
-            LocalFileSystem::new_with_prefix(&root)
-                .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
-        );
+        let (store, local_root): (Arc<dyn ObjectStore>, _) = match &options.object_store {
+            Some(store) => (store.clone(), None),
+            None => (
+                Arc::new(
+                    LocalFileSystem::new_with_prefix(&root)
+                        .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
+                ),
+                Some(root.clone()),
+            ),
+        };
         let catalog_log = ManifestLog::new("catalog");
         let (catalog_version, catalog) = catalog_log.load::<CatalogFile>(&*store).await?.unwrap_or_default();
 
@@ -225,7 +231,7 @@ impl Database {
             let segments = manifest
                 .segments
                 .iter()
-                .map(|m| Arc::new(Segment::new(m.clone(), store.clone(), Some(&root))))
+                .map(|m| Arc::new(Segment::new(m.clone(), store.clone(), local_root.as_deref())))
                 .collect();
             let t = Arc::new(TableInner::new(
                 entry.id,
@@ -271,7 +277,7 @@ impl Database {
 
         let flush_env = FlushEnv {
             store: store.clone(),
-            local_root: Some(root.clone()),
+            local_root,
             segment_options: SegmentWriteOptions {
                 row_group_rows: options.row_group_rows,
                 page_rows: options.page_rows,

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use object_store::ObjectStore;
+
 use crate::clock::{Clock, SystemClock};
 use crate::wal::Durability;
 
@@ -28,6 +30,11 @@ pub struct DbOptions {
     pub compaction_segment_bytes: usize,
     /// The time source. Defaults to the system clock.
     pub clock: Arc<dyn Clock>,
+    /// Where catalog, manifests and segments live. Defaults to `None`: a
+    /// local file system rooted at the data directory (then new files are
+    /// fsynced and segments are memory-mapped for reads). The WAL and the
+    /// lock always stay in the data directory.
+    pub object_store: Option<Arc<dyn ObjectStore>>,
 }
 
 impl Default for DbOptions {
@@ -41,6 +48,7 @@ impl Default for DbOptions {
             page_rows: 256,
             compaction_segment_bytes: 128 << 20,
             clock: Arc::new(SystemClock),
+            object_store: None,
         }
     }
 }
@@ -58,6 +66,11 @@ impl DbOptions {
 
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    pub fn object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.object_store = Some(store);
         self
     }
 }

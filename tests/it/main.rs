@@ -4,6 +4,7 @@ mod cli;
 mod common;
 mod concurrency;
 mod crash;
+mod faults;
 mod model;
 mod ordering;
 mod recovery;

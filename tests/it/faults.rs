@@ -1,0 +1,142 @@
+//! Injected object-store failures: a failed flush loses nothing, reads go
+//! on, and the next flush succeeds.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use cellar::*;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
+    PutOptions, PutPayload, PutResult,
+};
+
+use crate::common::*;
+
+/// Delegates to a real store; while `fail_puts` is set every write fails.
+#[derive(Debug)]
+pub struct FailingStore {
+    inner: Arc<dyn object_store::ObjectStore>,
+    fail_puts: AtomicBool,
+}
+
+impl fmt::Display for FailingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FailingStore({})", self.inner)
+    }
+}
+
+impl FailingStore {
+    fn check(&self) -> object_store::Result<()> {
+        if self.fail_puts.load(Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "FailingStore",
+                source: "injected write failure".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for FailingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.check()?;
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.check()?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+        self.check()?;
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[tokio::test]
+async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let store = Arc::new(FailingStore {
+        inner: Arc::new(local),
+        fail_puts: AtomicBool::new(false),
+    });
+    let options = || DbOptions::default().clock(clock.clone()).object_store(store.clone());
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    for i in 0..50 {
+        t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+    }
+    t.flush().await.unwrap();
+    for i in 50..100 {
+        t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+    }
+    store.fail_puts.store(true, Ordering::SeqCst);
+    let err = t.flush().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert!(err.message().contains("injected"), "{}", err.message());
+    // the frozen memtable still serves reads, and writes go on
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 100);
+    t.put_row(PutRow::new(pk(100, "a")).column("n", 100)).await.unwrap();
+    let failed_compaction = t.compact().await;
+    assert!(failed_compaction.is_err());
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 101);
+
+    // a restart while flushes fail: the WAL still has everything
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    let t = db.table("t").unwrap();
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 101);
+
+    store.fail_puts.store(false, Ordering::SeqCst);
+    t.flush().await.unwrap();
+    t.compact().await.unwrap();
+    assert_eq!(t.stats().segments, 1);
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    let rows = scan_all(&db.table("t").unwrap(), GetRange::new()).await;
+    assert_eq!(rows.len(), 101);
+    assert_eq!(rows[100].latest("n"), Some(&Value::Integer(100)));
+}
