@@ -129,7 +129,12 @@ pub enum Command {
     /// List table names, one per line, sorted
     List,
     /// Print a table's definition as JSON
-    Describe { table: String },
+    Describe {
+        table: String,
+        /// Add storage counters under "stats"
+        #[arg(long)]
+        stats: bool,
+    },
     /// Apply NDJSON operations from FILE or stdin
     Write { table: String, file: Option<PathBuf> },
     /// Print one row as JSON, or null
@@ -232,7 +237,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 writeln!(out, "{t}").map_err(io)?;
             }
         }
-        Command::Describe { table } => {
+        Command::Describe { table, stats } => {
             let d = db.describe_table(&table)?;
             let pk: Vec<Json> = d
                 .schema
@@ -248,6 +253,22 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 "max_version_offset": d.options.max_version_offset_secs,
                 "allow_update": d.options.allow_update,
             });
+            let mut j = j;
+            if stats {
+                let s = db.table(&table)?.stats();
+                j["stats"] = json!({
+                    "segments": s.segments,
+                    "segment_bytes": s.segment_bytes,
+                    "memtable_bytes": s.memtable_bytes,
+                    "frozen_memtables": s.frozen_memtables,
+                    "flushes": s.flushes,
+                    "flush_bytes": s.flush_bytes,
+                    "compactions": s.compactions,
+                    "compaction_bytes": s.compaction_bytes,
+                    "stall_micros": db.stall_micros(),
+                    "last_flush_error": s.last_flush_error,
+                });
+            }
             writeln!(out, "{j}").map_err(io)?;
         }
         Command::Write { table, file } => {

@@ -230,6 +230,10 @@ fn write_get_and_scan_formats() {
         vec![(5, "k".into())]
     );
     c.ok(&["compact", "t"]);
+    let d: serde_json::Value = serde_json::from_str(&c.ok(&["describe", "t", "--stats"])).unwrap();
+    assert_eq!(d["name"], "t");
+    assert_eq!(d["stats"]["segments"], 1);
+    assert!(d["stats"]["segment_bytes"].as_u64().unwrap() > 0);
     assert_eq!(cards(c.ok(&["scan", "t"])).len(), 7);
     let o = c.run(&["scan", "t", "--start", r#"{"order":"x"}"#]);
     assert_eq!(o.status.code(), Some(2));
