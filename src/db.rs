@@ -244,6 +244,7 @@ impl Database {
             by_id.insert(entry.id, (t.clone(), manifest_flushed));
             tables.insert(entry.schema.name.clone(), t);
         }
+        delete_orphans(&*store, &by_id.values().map(|(t, _)| t.clone()).collect::<Vec<_>>()).await?;
 
         let wal_dir = root.join("wal");
         let replayed = tokio::task::spawn_blocking({
@@ -574,6 +575,38 @@ impl DbInner {
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
     }
+}
+
+/// Deletes objects under `tables/` that no manifest references: segments
+/// written by a flush or compaction that crashed before its manifest commit,
+/// inputs of a compaction whose deletion was cut short, and the files of a
+/// table whose drop was interrupted. Only unreferenced files go.
+async fn delete_orphans(store: &dyn ObjectStore, tables: &[Arc<TableInner>]) -> Result<()> {
+    let objects: Vec<_> = store
+        .list(Some(&object_store::path::Path::from("tables")))
+        .try_collect()
+        .await?;
+    for o in objects {
+        let parts: Vec<_> = o.location.parts().map(|p| p.as_ref().to_string()).collect();
+        let (Some(id), Some(kind)) = (parts.get(1).and_then(|p| p.parse::<u64>().ok()), parts.get(2)) else {
+            continue;
+        };
+        let orphan = match tables.iter().find(|t| t.id == id) {
+            None => true,
+            Some(t) if kind == "segments" => {
+                let m = t.manifest.lock().await;
+                !m.1.segments.iter().any(|s| s.path == o.location.as_ref())
+            }
+            Some(_) => false,
+        };
+        if orphan {
+            match store.delete(&o.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
 }
 
 fn lock_dir(root: &Path) -> Result<File> {

@@ -130,3 +130,33 @@ async fn flushed_wal_files_are_deleted() {
     assert_eq!(rows.len(), 100);
     assert!(rows.iter().all(|r| r.latest("n") == Some(&Value::Integer(2))));
 }
+
+/// Files no manifest references (a flush that crashed before its manifest
+/// commit, a dropped table's leftovers) are deleted at open; referenced
+/// segments stay.
+#[tokio::test]
+async fn unreferenced_files_are_deleted_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    {
+        let db = open(dir.path(), &clock).await;
+        let t = card_order_table(&db, TableOptions::default()).await;
+        t.put_row(PutRow::new(pk(1, "a")).column("n", 1)).await.unwrap();
+        t.flush().await.unwrap();
+    }
+    let segs = dir.path().join("tables/1/segments");
+    let orphan = segs.join("00000000000000000099.parquet");
+    std::fs::write(&orphan, b"half-written").unwrap();
+    let gone_table = dir.path().join("tables/77/segments");
+    std::fs::create_dir_all(&gone_table).unwrap();
+    std::fs::write(gone_table.join("00000000000000000001.parquet"), b"x").unwrap();
+    let db = open(dir.path(), &clock).await;
+    assert!(!orphan.exists());
+    assert!(!gone_table.join("00000000000000000001.parquet").exists());
+    assert_eq!(std::fs::read_dir(&segs).unwrap().count(), 1);
+    let t = db.table("t").unwrap();
+    assert_eq!(
+        t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().unwrap().latest("n"),
+        Some(&Value::Integer(1))
+    );
+}
