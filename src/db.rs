@@ -267,7 +267,13 @@ impl Database {
                 t.state.read().active.insert(e.key, e.seq, e.mutation);
             }
         }
-        let mut wal = WalWriter::create(&wal_dir, replayed.files, options.durability, options.wal_file_bytes)?;
+        let mut wal = WalWriter::create(
+            &wal_dir,
+            replayed.files,
+            options.durability,
+            options.wal_file_bytes,
+            options.wal_opener.clone(),
+        )?;
         // WAL files left by earlier runs whose writes are all flushed.
         let min_unflushed = by_id
             .values()

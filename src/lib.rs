@@ -58,7 +58,7 @@ pub use schema::{
 };
 pub use table::{Table, TableStats};
 pub use types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value};
-pub use wal::Durability;
+pub use wal::{Durability, OsWalOpener, WalFile, WalOpener};
 
 // Storage components (crate-private).
 mod codec;

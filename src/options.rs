@@ -5,7 +5,7 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 
 use crate::clock::{Clock, SystemClock};
-use crate::wal::Durability;
+use crate::wal::{Durability, OsWalOpener, WalOpener};
 
 /// How a database is opened. Every field documents its default.
 #[derive(Debug, Clone)]
@@ -35,6 +35,9 @@ pub struct DbOptions {
     /// fsynced and segments are memory-mapped for reads). The WAL and the
     /// lock always stay in the data directory.
     pub object_store: Option<Arc<dyn ObjectStore>>,
+    /// Creates WAL files. Defaults to [`OsWalOpener`] (the file system);
+    /// tests inject failing files here.
+    pub wal_opener: Arc<dyn WalOpener>,
 }
 
 impl Default for DbOptions {
@@ -49,6 +52,7 @@ impl Default for DbOptions {
             compaction_segment_bytes: 128 << 20,
             clock: Arc::new(SystemClock),
             object_store: None,
+            wal_opener: Arc::new(OsWalOpener),
         }
     }
 }

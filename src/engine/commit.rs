@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::table::TableInner;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::row::Mutation;
 use crate::wal::{self, WalWriter};
 
@@ -97,7 +97,13 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 }
             }
             let result = match &failed {
-                Some(e) => Err(e.clone()),
+                Some(e) => Err(Error::new(
+                    ErrorKind::Closed,
+                    format!(
+                        "writes are refused since an earlier WAL write failed ({}); reopen the database",
+                        e.message()
+                    ),
+                )),
                 None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, group),
             };
             if let Err(e) = &result {

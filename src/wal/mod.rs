@@ -14,6 +14,7 @@ mod reader;
 mod writer;
 
 pub(crate) use reader::replay;
+pub use writer::{OsWalOpener, WalFile, WalOpener};
 pub(crate) use writer::{WalWriter, sync_dir};
 
 use crate::codec::{self, Reader};

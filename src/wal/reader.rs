@@ -117,7 +117,14 @@ mod tests {
     use crate::row::Mutation;
 
     fn write_records(dir: &Path, n: u64) {
-        let mut w = WalWriter::create(dir, vec![], Durability::Sync, 1 << 20).unwrap();
+        let mut w = WalWriter::create(
+            dir,
+            vec![],
+            Durability::Sync,
+            1 << 20,
+            std::sync::Arc::new(super::super::OsWalOpener),
+        )
+        .unwrap();
         for seq in 1..=n {
             let mut p = Vec::new();
             encode_entry(&mut p, seq, 7, b"k", &Mutation::Delete);

@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Durability, HEADER_LEN, file_name};
@@ -12,7 +13,8 @@ use crate::error::{Error, Result};
 pub(crate) struct WalWriter {
     dir: PathBuf,
     durability: Durability,
-    file: File,
+    file: Box<dyn WalFile>,
+    opener: Arc<dyn WalOpener>,
     number: u64,
     size: u64,
     /// Largest sequence in the current file.
@@ -26,13 +28,20 @@ pub(crate) struct WalWriter {
 
 impl WalWriter {
     /// Starts a new file numbered after `sealed` (files found by recovery).
-    pub fn create(dir: &Path, sealed: Vec<(u64, u64)>, durability: Durability, file_limit: u64) -> Result<Self> {
+    pub fn create(
+        dir: &Path,
+        sealed: Vec<(u64, u64)>,
+        durability: Durability,
+        file_limit: u64,
+        opener: Arc<dyn WalOpener>,
+    ) -> Result<Self> {
         let number = sealed.iter().map(|(n, _)| *n + 1).max().unwrap_or(1);
-        let file = open_new(dir, number)?;
+        let file = open_new(&*opener, dir, number)?;
         Ok(WalWriter {
             dir: dir.to_path_buf(),
             durability,
             file,
+            opener,
             number,
             size: 0,
             max_seq: 0,
@@ -54,7 +63,7 @@ impl WalWriter {
         buf.extend_from_slice(&len.to_le_bytes());
         buf.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
         buf.extend_from_slice(payload);
-        self.file.write_all(&buf).map_err(|e| self.err("append to", e))?;
+        self.file.append(&buf).map_err(|e| self.err("append to", e))?;
         self.size += buf.len() as u64;
         self.max_seq = self.max_seq.max(max_seq);
         self.dirty = true;
@@ -69,7 +78,7 @@ impl WalWriter {
     /// Fsyncs pending appends (used by the interval timer and on close).
     pub fn sync(&mut self) -> Result<()> {
         if self.dirty {
-            self.file.sync_data().map_err(|e| self.err("fsync", e))?;
+            self.file.sync().map_err(|e| self.err("fsync", e))?;
             self.dirty = false;
         }
         self.last_sync = Instant::now();
@@ -84,7 +93,7 @@ impl WalWriter {
         self.sync()?;
         self.sealed.push((self.number, self.max_seq));
         self.number += 1;
-        self.file = open_new(&self.dir, self.number)?;
+        self.file = open_new(&*self.opener, &self.dir, self.number)?;
         self.size = 0;
         self.max_seq = 0;
         Ok(())
@@ -124,15 +133,47 @@ impl WalWriter {
     }
 }
 
-fn open_new(dir: &Path, number: u64) -> Result<File> {
+fn open_new(opener: &dyn WalOpener, dir: &Path, number: u64) -> Result<Box<dyn WalFile>> {
     let path = dir.join(file_name(number));
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
+    let file = opener
+        .create(&path)
         .map_err(|e| Error::io(format!("create WAL file {}", path.display()), e))?;
     sync_dir(dir)?;
     Ok(file)
+}
+
+/// An open WAL file: appends and syncs. Behind a trait so that tests can
+/// inject I/O errors (a full disk, a failing fsync).
+pub trait WalFile: Send {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// Makes every append so far durable (`fdatasync`).
+    fn sync(&mut self) -> std::io::Result<()>;
+}
+
+/// Creates WAL files. The default, [`OsWalOpener`], uses the file system.
+pub trait WalOpener: Send + Sync + std::fmt::Debug {
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn WalFile>>;
+}
+
+/// WAL files on the operating system's file system.
+#[derive(Debug, Default)]
+pub struct OsWalOpener;
+
+impl WalOpener for OsWalOpener {
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn WalFile>> {
+        let f = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Box::new(f))
+    }
+}
+
+impl WalFile for File {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.write_all(bytes)
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.sync_data()
+    }
 }
 
 /// Fsyncs a directory so that a file created or removed in it persists.

@@ -140,3 +140,74 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
     assert_eq!(rows.len(), 101);
     assert_eq!(rows[100].latest("n"), Some(&Value::Integer(100)));
 }
+
+/// A WAL file whose appends and syncs fail while `fail` is set.
+#[derive(Debug)]
+struct FlakyWal {
+    fail: Arc<AtomicBool>,
+}
+
+struct FlakyFile {
+    inner: std::fs::File,
+    fail: Arc<AtomicBool>,
+}
+
+impl WalFile for FlakyFile {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("injected: no space left on device"));
+        }
+        std::io::Write::write_all(&mut self.inner, bytes)
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.inner.sync_data()
+    }
+}
+
+impl WalOpener for FlakyWal {
+    fn create(&self, path: &std::path::Path) -> std::io::Result<Box<dyn WalFile>> {
+        let inner = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Box::new(FlakyFile {
+            inner,
+            fail: self.fail.clone(),
+        }))
+    }
+}
+
+/// A failed WAL append fails that write with an I/O error, stops the writer
+/// (later writes are refused until reopen rather than risk acknowledging
+/// what a restart would drop), and loses nothing acknowledged.
+#[tokio::test]
+async fn a_wal_write_error_fails_the_write_and_stops_the_writer_until_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let fail = Arc::new(AtomicBool::new(false));
+    let opts = DbOptions {
+        wal_opener: Arc::new(FlakyWal { fail: fail.clone() }),
+        ..DbOptions::default().clock(clock.clone())
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    for i in 0..10 {
+        t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+    }
+    fail.store(true, Ordering::SeqCst);
+    let err = t.put_row(PutRow::new(pk(10, "a")).column("n", 10)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert!(err.message().contains("no space left"), "{}", err.message());
+    fail.store(false, Ordering::SeqCst);
+    let err = t.put_row(PutRow::new(pk(11, "a")).column("n", 11)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert!(err.message().contains("reopen"), "{}", err.message());
+    // reads still work
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 10);
+    drop(t);
+    db.close().await.unwrap();
+
+    let db = open(dir.path(), &clock).await;
+    let t = db.table("t").unwrap();
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 10);
+    t.put_row(PutRow::new(pk(12, "a")).column("n", 12)).await.unwrap();
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 11);
+}
