@@ -270,3 +270,47 @@ fn a_second_process_is_told_the_directory_is_in_use() {
     assert!(holder.wait().unwrap().success());
     assert!(c.ok(&["get", "t", r#"{"k":"a"}"#]).contains("\"n\""));
 }
+
+#[test]
+fn write_from_a_file_and_parameter_errors() {
+    let c = Cli::new();
+    c.ok(&["create", "t", "--pk", "k:string"]);
+    let file = c.dir.path().join("ops.ndjson");
+    std::fs::write(
+        &file,
+        "{\"op\":\"put\",\"pk\":{\"k\":\"a\"},\"columns\":{\"n\":1}}\n\n{\"op\":\"delete\",\"pk\":{\"k\":\"zz\"}}\n",
+    )
+    .unwrap();
+    let o = c.run(&["write", "t", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "the empty line fails alone");
+    let out = String::from_utf8(o.stdout).unwrap();
+    let oks: Vec<bool> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["ok"]
+                .as_bool()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(oks, vec![true, false, true]);
+    let o = c.run(&["write", "t", "/nonexistent/ops.ndjson"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/ops.ndjson"));
+    for bad in [
+        vec!["get", "t", r#"{"k":"a"}"#, "--time-range", "5"],
+        vec!["get", "t", r#"{"k":"a"}"#, "--time-range", "9,3"],
+        vec!["get", "t", r#"{"k":"a"}"#, "--max-versions", "2", "--time-range", "1,2"],
+        vec!["get", "t", r#"{"k":1}"#],
+        vec!["scan", "t", "--limit", "0"],
+        vec!["scan", "t", "--start", r#"{"k":{"inf":"middle"}}"#],
+    ] {
+        let o = c.run(&bad);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert!(c.ok(&["get", "t", r#"{"k":"a"}"#]).contains("\"n\":[{\"value\":1"));
+}
