@@ -4,7 +4,8 @@
 //! `cargo bench --bench point_get [-- ROWS]`: loads ROWS 7-column rows
 //! (default 1M), flushes them to segments, warms the footer cache, then
 //! times 20,000 GetRow calls on random existing keys and 5,000 on missing
-//! keys, one at a time. Prints p50 / p99.
+//! keys, one at a time, then 5,000 10-row range scans and one full scan
+//! through GetRange pages. Prints p50 / p99 and rows/s.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -72,6 +73,40 @@ fn main() {
                 lat.iter().sum::<f64>() / n as f64
             );
         }
+        // Short range scans: 10 rows from a random card's first order.
+        let mut lat = Vec::with_capacity(5_000);
+        for _ in 0..5_000 {
+            let card = rng.random_range(0..100_000i64);
+            let req = GetRange::new().start(PkBound::new().with("card_id", card)).limit(10);
+            let s = Instant::now();
+            let page = t.get_range(req).await.unwrap();
+            lat.push(s.elapsed().as_secs_f64() * 1e6);
+            assert_eq!(page.rows.len(), 10);
+        }
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "range_scan 10 rows: p50 {:.1} us, p99 {:.1} us",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99)
+        );
+        // A full scan through GetRange pages.
+        let s = Instant::now();
+        let mut req = GetRange::new();
+        let mut n = 0u64;
+        loop {
+            let page = t.get_range(req.clone()).await.unwrap();
+            n += page.rows.len() as u64;
+            match page.next_start {
+                Some(k) => req.start = Some(k.into()),
+                None => break,
+            }
+        }
+        assert_eq!(n, rows);
+        let secs = s.elapsed().as_secs_f64();
+        println!(
+            "full scan via GetRange: {n} rows in {secs:.2} s = {:.0} rows/s",
+            n as f64 / secs
+        );
     });
 }
 

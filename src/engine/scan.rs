@@ -30,6 +30,10 @@ struct Source {
     buf: VecDeque<(Vec<u8>, RowState)>,
     feed: Feed,
     done: bool,
+    /// For a segment not read yet: the earliest key (in scan order) it can
+    /// hold. It is left unread while every buffered key comes before that,
+    /// so a short scan over non-overlapping segments reads only one.
+    unread_from: Option<Vec<u8>>,
 }
 
 /// Streams merged key states of a snapshot over a key range.
@@ -49,11 +53,13 @@ impl MergeScan {
             if range.is_empty() || !range.overlaps(&seg.min_key, &seg.max_key) {
                 continue;
             }
+            let from = if backward { &seg.max_key } else { &seg.min_key };
             sources.push(Source {
                 age,
                 buf: VecDeque::new(),
                 feed: Feed::Seg(SegmentCursor::new(seg.clone(), range.clone(), backward, columns)),
                 done: false,
+                unread_from: Some(from.clone()),
             });
         }
         for mem in &snap.memtables {
@@ -69,6 +75,7 @@ impl MergeScan {
                     resume: None,
                 },
                 done: false,
+                unread_from: None,
             });
         }
         MergeScan {
@@ -79,31 +86,65 @@ impl MergeScan {
         }
     }
 
+    /// True when key `a` comes strictly before `b` in scan order.
+    fn before(&self, a: &[u8], b: &[u8]) -> bool {
+        if self.backward { a > b } else { a < b }
+    }
+
+    /// Refills every source that may hold the next key in scan order.
     async fn fill(&mut self) -> Result<()> {
-        for s in &mut self.sources {
-            while s.buf.is_empty() && !s.done {
-                match &mut s.feed {
-                    Feed::Mem { mem, resume } => {
-                        let chunk = mem.scan_chunk(
-                            &self.range,
-                            resume.as_deref(),
-                            self.backward,
-                            self.snapshot_seq,
-                            MEM_CHUNK_KEYS,
-                        );
-                        if chunk.len() < MEM_CHUNK_KEYS {
-                            s.done = true;
-                        }
-                        if let Some((k, _)) = chunk.last() {
-                            *resume = Some(k.clone());
-                        }
-                        s.buf.extend(chunk);
+        for i in 0..self.sources.len() {
+            if self.sources[i].unread_from.is_none() {
+                self.fill_source(i).await?;
+            }
+        }
+        // Start unread segments whose first possible key is not after the
+        // best buffered key (or, with nothing buffered, the earliest one).
+        loop {
+            let best = self
+                .sources
+                .iter()
+                .filter_map(|s| s.buf.front().map(|(k, _)| k.as_slice()))
+                .reduce(|a, b| if self.before(b, a) { b } else { a })
+                .map(|b| b.to_vec());
+            let next = self
+                .sources
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.unread_from.as_deref().map(|f| (i, f)))
+                .filter(|(_, f)| best.as_deref().is_none_or(|b| !self.before(b, f)))
+                .reduce(|a, b| if self.before(b.1, a.1) { b } else { a })
+                .map(|(i, _)| i);
+            let Some(i) = next else { return Ok(()) };
+            self.sources[i].unread_from = None;
+            self.fill_source(i).await?;
+        }
+    }
+
+    async fn fill_source(&mut self, i: usize) -> Result<()> {
+        let s = &mut self.sources[i];
+        while s.buf.is_empty() && !s.done {
+            match &mut s.feed {
+                Feed::Mem { mem, resume } => {
+                    let chunk = mem.scan_chunk(
+                        &self.range,
+                        resume.as_deref(),
+                        self.backward,
+                        self.snapshot_seq,
+                        MEM_CHUNK_KEYS,
+                    );
+                    if chunk.len() < MEM_CHUNK_KEYS {
+                        s.done = true;
                     }
-                    Feed::Seg(cursor) => match cursor.next_chunk().await? {
-                        Some(chunk) => s.buf.extend(chunk),
-                        None => s.done = true,
-                    },
+                    if let Some((k, _)) = chunk.last() {
+                        *resume = Some(k.clone());
+                    }
+                    s.buf.extend(chunk);
                 }
+                Feed::Seg(cursor) => match cursor.next_chunk().await? {
+                    Some(chunk) => s.buf.extend(chunk),
+                    None => s.done = true,
+                },
             }
         }
         Ok(())

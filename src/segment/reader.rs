@@ -174,7 +174,7 @@ impl AsyncFileReader for SegmentFileReader {
 
 /// Streams a segment's key states within a range, in either direction.
 ///
-/// Forward scans read a row group in growing windows (1024 rows, doubling),
+/// Forward scans read a row group in growing windows (256 rows, doubling),
 /// so that a short range scan with a small limit decodes a page or two, not
 /// a whole row group; a key cut by a window boundary is held back and
 /// completed by the next window. Backward scans read the selected rows of a
@@ -190,7 +190,7 @@ pub(crate) struct SegmentCursor {
     carry: Option<(Vec<u8>, RowState)>,
 }
 
-const FIRST_WINDOW_ROWS: usize = 1024;
+const FIRST_WINDOW_ROWS: usize = 256;
 
 impl SegmentCursor {
     /// `columns`: the attribute columns to read (`None`: all of them).

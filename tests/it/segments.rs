@@ -140,3 +140,75 @@ async fn small_segments(row_group_rows: usize, page_rows: usize) -> (tempfile::T
     .await;
     (dir, t)
 }
+
+/// Non-overlapping segments are started lazily by a scan; overlapping ones
+/// and the memtable still merge correctly in both directions.
+#[tokio::test]
+async fn scans_over_disjoint_and_overlapping_segments() {
+    let (_dir, _clock, _db, t) = fixture(TableOptions::default()).await;
+    for part in 0..3i64 {
+        for i in part * 100..(part + 1) * 100 {
+            t.put_row(PutRow::new(pk(i, "k")).column("v", i)).await.unwrap();
+        }
+        t.flush().await.unwrap();
+    }
+    // an overlapping segment, and newer values in the memtable
+    for i in (0..300).step_by(7) {
+        t.put_row(PutRow::new(pk(i, "k")).column("v", -i)).await.unwrap();
+    }
+    t.flush().await.unwrap();
+    for i in (0..300).step_by(11) {
+        t.delete_row(DeleteRow::new(pk(i, "k"))).await.unwrap();
+    }
+    let expect = |i: i64| -> Option<i64> {
+        if i % 11 == 0 {
+            None
+        } else if i % 7 == 0 {
+            Some(-i)
+        } else {
+            Some(i)
+        }
+    };
+    let seen = |rows: Vec<Row>| -> Vec<(i64, i64)> {
+        rows.iter()
+            .map(|r| {
+                let (PkValue::Integer(k), Some(Value::Integer(v))) = (&r.primary_key.columns[0].1, r.latest("v"))
+                else {
+                    panic!("{r:?}")
+                };
+                (*k, *v)
+            })
+            .collect()
+    };
+    for start in [0i64, 1, 99, 100, 150, 199, 200, 299] {
+        let fwd = t
+            .get_range(GetRange::new().start(PkBound::new().with("card", start)).limit(12))
+            .await
+            .unwrap();
+        let want: Vec<_> = (start..300)
+            .filter_map(|i| expect(i).map(|v| (i, v)))
+            .take(12)
+            .collect();
+        assert_eq!(seen(fwd.rows), want, "forward from {start}");
+        let bwd = t
+            .get_range(
+                GetRange::new()
+                    .start(PkBound::new().with("card", start))
+                    .backward()
+                    .limit(12),
+            )
+            .await
+            .unwrap();
+        let want: Vec<_> = (0..=start)
+            .rev()
+            .filter_map(|i| expect(i).map(|v| (i, v)))
+            .take(12)
+            .collect();
+        assert_eq!(seen(bwd.rows), want, "backward from {start}");
+    }
+    let all = seen(scan_all(&t, GetRange::new().limit(7)).await);
+    assert_eq!(
+        all,
+        (0..300).filter_map(|i| expect(i).map(|v| (i, v))).collect::<Vec<_>>()
+    );
+}
