@@ -94,6 +94,8 @@ impl Segment {
             return Ok(None);
         }
         let mut cursor = SegmentCursor::new(self.clone(), KeyRange::point(key), false, columns);
+        // One read of the pages that hold the key, even across a page edge.
+        cursor.window = usize::MAX;
         while let Some(chunk) = cursor.next_chunk().await? {
             if let Some((_, st)) = chunk.into_iter().next() {
                 return Ok(Some(st));
@@ -234,14 +236,14 @@ impl SegmentCursor {
             let window = if backward {
                 rows.clone()
             } else {
-                rows.start..rows.end.min(rows.start + step)
+                rows.start..rows.end.min(rows.start.saturating_add(step))
             };
             rows.start = window.end;
             let last_of_group = rows.start >= rows.end;
             if last_of_group {
                 pending.pop_front();
             }
-            self.window = (self.window * 2).min(1 << 16);
+            self.window = self.window.saturating_mul(2).min(1 << 16);
             let mut states: Vec<_> = self.carry.take().into_iter().collect();
             self.read_rows(&meta, rg, window, &mut states).await?;
             if !self.backward && !last_of_group {
