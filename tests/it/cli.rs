@@ -30,6 +30,18 @@ impl Cli {
         String::from_utf8(o.stdout).unwrap()
     }
 
+    /// Runs a command that must fail as a usage / parameter error (exit 2).
+    fn usage_error(&self, args: &[&str]) -> Output {
+        let o = self.run(args);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    }
+
     fn write(&self, table: &str, input: &str) -> (i32, String) {
         let mut child = self
             .cmd(&["write", table])
@@ -100,13 +112,7 @@ fn table_management_commands() {
         vec!["get", "orders", "not json"],
         vec!["nonsense"],
     ] {
-        let o = c.run(&bad);
-        assert_eq!(
-            o.status.code(),
-            Some(2),
-            "{bad:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let o = c.usage_error(&bad);
         assert!(!o.stderr.is_empty());
     }
     let o = c.run(&["describe", "missing"]);
@@ -304,13 +310,7 @@ fn write_from_a_file_and_parameter_errors() {
         vec!["scan", "t", "--limit", "0"],
         vec!["scan", "t", "--start", r#"{"k":{"inf":"middle"}}"#],
     ] {
-        let o = c.run(&bad);
-        assert_eq!(
-            o.status.code(),
-            Some(2),
-            "{bad:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        c.usage_error(&bad);
     }
     assert!(c.ok(&["get", "t", r#"{"k":"a"}"#]).contains("\"n\":[{\"value\":1"));
 }
