@@ -31,7 +31,7 @@ use crate::engine::validate;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::options::DbOptions;
-use crate::schema::{MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, OptionsUpdate, TableOptions, TableSchema};
+use crate::schema::{ColumnDef, MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, OptionsUpdate, TableOptions, TableSchema};
 use crate::segment::{Segment, SegmentWriteOptions};
 use crate::table::Table;
 use crate::types::Row;
@@ -410,6 +410,25 @@ impl Database {
         Ok(new)
     }
 
+    /// Declares one more attribute column (a SQL type mapping; existing
+    /// data is unchanged).
+    pub async fn add_column(&self, table: &str, column: ColumnDef) -> Result<()> {
+        let mut cat = self.inner.catalog.lock().await;
+        let t = self.table_inner(table)?;
+        let mut schema = t.full_schema();
+        schema.check_new_column(&column)?;
+        schema.columns.push(column);
+        let mut next = cat.1.clone();
+        for e in &mut next.tables {
+            if e.id == t.id {
+                e.schema = schema.clone();
+            }
+        }
+        self.commit_catalog(&mut cat, next).await?;
+        *t.declared.write() = schema.columns;
+        Ok(())
+    }
+
     /// Drops a table and deletes its files.
     pub async fn drop_table(&self, name: &str) -> Result<()> {
         let mut cat = self.inner.catalog.lock().await;
@@ -441,7 +460,7 @@ impl Database {
     pub fn describe_table(&self, name: &str) -> Result<TableDescription> {
         let t = self.table_inner(name)?;
         Ok(TableDescription {
-            schema: t.schema.clone(),
+            schema: t.full_schema(),
             options: *t.options.read(),
         })
     }

@@ -53,11 +53,11 @@ pub use error::{Error, ErrorKind, Result};
 pub use options::DbOptions;
 pub use row::ReadOptions;
 pub use schema::{
-    MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET, MAX_PK_VALUE_BYTES,
+    ColumnDef, MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET, MAX_PK_VALUE_BYTES,
     MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, OptionsUpdate, PkColumn, TableOptions, TableSchema, validate_name,
 };
 pub use table::{Table, TableStats};
-pub use types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value};
+pub use types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value, ValueType};
 pub use wal::{Durability, OsWalOpener, WalFile, WalOpener};
 
 // Storage components (crate-private).
@@ -69,6 +69,9 @@ mod memtable;
 mod row;
 mod segment;
 mod wal;
+
+/// SQL on DataFusion: catalog, table provider, DDL/DML, table functions.
+pub mod sql;
 
 /// The command-line front end (used by the `cellar` binary).
 pub mod cli;

@@ -25,6 +25,8 @@ pub(crate) struct Memtable {
     /// Smallest / largest sequence inserted (0 = none yet).
     min_seq: AtomicU64,
     max_seq: AtomicU64,
+    /// Values written per attribute column and type (`ValueType::index`).
+    value_counts: parking_lot::Mutex<BTreeMap<String, [u64; 5]>>,
 }
 
 impl Memtable {
@@ -35,12 +37,45 @@ impl Memtable {
     /// Adds one write. Sequences must arrive in increasing order.
     pub fn insert(&self, key: Vec<u8>, seq: u64, m: Mutation) {
         let bytes = m.approx_bytes() + key.len() + 16;
+        self.count_values(&m);
         self.map.write().entry(key).or_default().push((seq, m));
         self.approx_bytes.fetch_add(bytes, Ordering::Relaxed);
         let _ = self
             .min_seq
             .compare_exchange(0, seq, Ordering::Relaxed, Ordering::Relaxed);
         self.max_seq.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    fn count_values(&self, m: &Mutation) {
+        let mut counts = self.value_counts.lock();
+        let mut add = |name: &str, v: &crate::types::Value| {
+            let i = v.value_type().index();
+            match counts.get_mut(name) {
+                Some(c) => c[i] += 1,
+                None => {
+                    let mut c = [0; 5];
+                    c[i] = 1;
+                    counts.insert(name.to_string(), c);
+                }
+            }
+        };
+        match m {
+            Mutation::Put { cells, .. } => cells.iter().for_each(|(n, _, v)| add(n, v)),
+            Mutation::Update { actions } => {
+                for a in actions {
+                    if let Action::Put { column, value, .. } = a {
+                        add(column, value);
+                    }
+                }
+            }
+            Mutation::Delete => {}
+        }
+    }
+
+    /// Values written per attribute column and type (`ValueType::index`
+    /// order), kept as writes arrive.
+    pub fn value_counts(&self) -> BTreeMap<String, [u64; 5]> {
+        self.value_counts.lock().clone()
     }
 
     pub fn approx_bytes(&self) -> usize {
@@ -129,28 +164,19 @@ impl Memtable {
     /// The attribute columns written here with the value types written
     /// (a superset of what the folded states hold).
     pub fn columns(&self) -> Vec<(String, TypeSet)> {
-        let map = self.map.read();
-        let mut cols: std::collections::BTreeMap<&str, TypeSet> = Default::default();
-        for ops in map.values() {
-            for (_, m) in ops {
-                match m {
-                    Mutation::Put { cells, .. } => {
-                        for (name, _, v) in cells {
-                            cols.entry(name.as_str()).or_default().add(v);
-                        }
+        self.value_counts
+            .lock()
+            .iter()
+            .map(|(n, c)| {
+                let mut t = TypeSet::default();
+                for (i, (bit, _, _)) in crate::segment::format::VALUE_CHILDREN.iter().enumerate() {
+                    if c[i] > 0 {
+                        t.0 |= bit;
                     }
-                    Mutation::Update { actions } => {
-                        for a in actions {
-                            if let Action::Put { column, value, .. } = a {
-                                cols.entry(column.as_str()).or_default().add(value);
-                            }
-                        }
-                    }
-                    Mutation::Delete => {}
                 }
-            }
-        }
-        cols.into_iter().map(|(n, t)| (n.to_string(), t)).collect()
+                (n.clone(), t)
+            })
+            .collect()
     }
 
     /// Calls `f` for every key in order with its folded state (a flush: no

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::{self, KeyRange};
-use crate::types::{PkBound, PkBoundValue, PkType, PkValue, PrimaryKey};
+use crate::types::{PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, ValueType};
 
 /// Longest STRING / BINARY primary-key value, in bytes.
 pub const MAX_PK_VALUE_BYTES: usize = 1024;
@@ -115,11 +115,24 @@ impl OptionsUpdate {
     }
 }
 
-/// A table's name and primary key.
+/// A declared attribute column: a SQL mapping only. Attribute columns stay
+/// schema-free (any row may write any column with any type); a declared
+/// column fixes the type SQL shows it with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub value_type: ValueType,
+}
+
+/// A table's name, primary key and declared attribute columns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableSchema {
     pub name: String,
     pub primary_key: Vec<PkColumn>,
+    /// Declared attribute columns (for SQL); optional.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<ColumnDef>,
 }
 
 impl TableSchema {
@@ -127,7 +140,35 @@ impl TableSchema {
         TableSchema {
             name: name.into(),
             primary_key: Vec::new(),
+            columns: Vec::new(),
         }
+    }
+
+    /// Declares an attribute column (a SQL type mapping; see [`ColumnDef`]).
+    pub fn column(mut self, name: impl Into<String>, value_type: ValueType) -> Self {
+        self.columns.push(ColumnDef {
+            name: name.into(),
+            value_type,
+        });
+        self
+    }
+
+    /// Checks one more declared column against the key and the columns so far.
+    pub(crate) fn check_new_column(&self, c: &ColumnDef) -> Result<()> {
+        validate_name("column", &c.name)?;
+        if self.is_pk_column(&c.name) {
+            return Err(Error::param(format!(
+                "column '{}' of table '{}' is a primary-key column; attribute columns need other names",
+                c.name, self.name
+            )));
+        }
+        if self.columns.iter().any(|d| d.name == c.name) {
+            return Err(Error::new(
+                ErrorKind::ObjectAlreadyExist,
+                format!("column '{}' is already declared in table '{}'", c.name, self.name),
+            ));
+        }
+        Ok(())
     }
 
     /// Appends a primary-key column.
@@ -156,6 +197,12 @@ impl TableSchema {
                     c.name, self.name
                 )));
             }
+        }
+        let mut seen = TableSchema::new(self.name.clone());
+        seen.primary_key = self.primary_key.clone();
+        for c in &self.columns {
+            seen.check_new_column(c)?;
+            seen.columns.push(c.clone());
         }
         Ok(())
     }

@@ -21,6 +21,12 @@ pub struct Table {
     inner: Arc<TableInner>,
 }
 
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table").field("name", &self.name()).finish()
+    }
+}
+
 /// Storage counters of a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableStats {
@@ -50,6 +56,55 @@ impl Table {
 
     pub fn options(&self) -> TableOptions {
         *self.inner.options.read()
+    }
+
+    /// The declared attribute columns (a SQL type mapping).
+    pub fn declared_columns(&self) -> Vec<crate::schema::ColumnDef> {
+        self.inner.declared.read().clone()
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<TableInner> {
+        &self.inner
+    }
+
+    /// A consistent view for one read.
+    pub(crate) fn snapshot(&self) -> crate::engine::table::Snapshot {
+        self.inner.snapshot(&self.db.shared().visible_seq)
+    }
+
+    /// The database clock, in milliseconds.
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.db.now_ms()
+    }
+
+    /// Attribute columns found in the data, with how many values of each
+    /// type were written (`ValueType::index` order). Segment metadata and
+    /// memtable counters only: no file is read.
+    pub(crate) fn discovered_columns(&self) -> std::collections::BTreeMap<String, [u64; 5]> {
+        let st = self.inner.state.read();
+        let mut out: std::collections::BTreeMap<String, [u64; 5]> = Default::default();
+        for seg in st.segments.iter() {
+            for (i, (name, types)) in seg.meta.columns.iter().enumerate() {
+                let e = out.entry(name.clone()).or_default();
+                match seg.meta.value_counts.get(i) {
+                    Some(c) => e.iter_mut().zip(c).for_each(|(a, b)| *a += b),
+                    None => {
+                        for (k, (bit, _, _)) in crate::segment::format::VALUE_CHILDREN.iter().enumerate() {
+                            if types.has(*bit) {
+                                e[k] += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for m in st.immutables.iter().chain(std::iter::once(&st.active)) {
+            for (name, c) in m.value_counts() {
+                let e = out.entry(name).or_default();
+                e.iter_mut().zip(&c).for_each(|(a, b)| *a += b);
+            }
+        }
+        out
     }
 
     fn check_live(&self) -> Result<()> {

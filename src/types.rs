@@ -162,6 +162,71 @@ impl From<PrimaryKey> for PkBound {
     }
 }
 
+/// The type of an attribute value (the five types of the model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueType {
+    Integer,
+    Double,
+    String,
+    Binary,
+    Boolean,
+}
+
+impl ValueType {
+    /// All types, in the order of [`ValueType::index`].
+    pub const ALL: [ValueType; 5] = [
+        ValueType::Integer,
+        ValueType::Double,
+        ValueType::String,
+        ValueType::Binary,
+        ValueType::Boolean,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValueType::Integer => "integer",
+            ValueType::Double => "double",
+            ValueType::String => "string",
+            ValueType::Binary => "binary",
+            ValueType::Boolean => "boolean",
+        }
+    }
+
+    /// Position in [`ValueType::ALL`] (and in per-type counters).
+    pub fn index(self) -> usize {
+        match self {
+            ValueType::Integer => 0,
+            ValueType::Double => 1,
+            ValueType::String => 2,
+            ValueType::Binary => 3,
+            ValueType::Boolean => 4,
+        }
+    }
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ValueType {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "integer" | "int" | "bigint" => Ok(ValueType::Integer),
+            "double" | "float" | "float8" | "real" => Ok(ValueType::Double),
+            "string" | "varchar" | "text" => Ok(ValueType::String),
+            "binary" | "varbinary" | "bytea" | "blob" => Ok(ValueType::Binary),
+            "boolean" | "bool" => Ok(ValueType::Boolean),
+            _ => Err(crate::Error::param(format!(
+                "unknown column type '{s}': expected bigint, double, varchar, boolean or varbinary"
+            ))),
+        }
+    }
+}
+
 /// An attribute value: one of the five types of the model.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -173,6 +238,16 @@ pub enum Value {
 }
 
 impl Value {
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            Value::Integer(_) => ValueType::Integer,
+            Value::Double(_) => ValueType::Double,
+            Value::String(_) => ValueType::String,
+            Value::Boolean(_) => ValueType::Boolean,
+            Value::Binary(_) => ValueType::Binary,
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Integer(_) => "INTEGER",

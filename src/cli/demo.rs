@@ -1,15 +1,13 @@
 //! `cellar demo`: a realistic dataset of student card consumption records,
-//! written through the row API and read back. Safe to run again: the data is
-//! loaded only when the table does not exist yet.
+//! written through the row API, then the SQL queries of `queries/demo/`
+//! run against it, each printed with its result. Safe to run again: the
+//! data is loaded only when the table does not exist yet.
 
 use crate::Database;
-use crate::api::{GetRange, GetRow, PutRow, RowWrite, UpdateRow};
+use crate::api::{PutRow, RowWrite, UpdateRow};
 use crate::error::{ErrorKind, Result};
-use crate::row::ReadOptions;
 use crate::schema::{TableOptions, TableSchema};
-use crate::types::{PkBound, PkType, PrimaryKey};
-
-use super::json;
+use crate::types::{PkType, PrimaryKey, ValueType};
 
 const TABLE: &str = "consumption";
 const CARDS: i64 = 200;
@@ -44,7 +42,10 @@ pub(super) async fn run(db: &Database) -> Result<()> {
         .pk("card_id", PkType::Integer)
         .pk("seller_id", PkType::String)
         .pk("device_id", PkType::String)
-        .pk("order_no", PkType::String);
+        .pk("order_no", PkType::String)
+        .column("amount", ValueType::Double)
+        .column("category", ValueType::String)
+        .column("device_time", ValueType::Integer);
     let options = TableOptions {
         max_versions: 3,
         ..Default::default()
@@ -56,87 +57,44 @@ pub(super) async fn run(db: &Database) -> Result<()> {
         }
         Err(e) => return Err(e),
     }
-    let t = db.table(TABLE)?;
-
-    println!("\n-- cellar describe {TABLE}");
-    let d = db.describe_table(TABLE)?;
-    println!(
-        "primary key: {}; max_versions {}, ttl {}",
-        d.schema
-            .primary_key
-            .iter()
-            .map(|c| format!("{} {}", c.name, c.pk_type))
-            .collect::<Vec<_>>()
-            .join(", "),
-        d.options.max_versions,
-        d.options.ttl_secs
-    );
-
-    println!("\n-- GetRow with every version of card 7's first order (amount was corrected twice)");
-    let pk = order_pk(7, 0);
-    let row = t
-        .get_row(GetRow::new(pk).options(ReadOptions {
-            max_versions: Some(3),
-            ..Default::default()
-        }))
-        .await?;
-    println!(
-        "{}",
-        row.as_ref().map(json::row_json).unwrap_or(serde_json::Value::Null)
-    );
-
-    println!("\n-- GetRange backward, limit 3: card 7's last three orders (in key order) at canteen_1");
-    let page = t
-        .get_range(
-            GetRange::new()
-                .start(PkBound::new().with("card_id", 7).with("seller_id", "canteen_1"))
-                .end(PkBound::new().with("card_id", 7).with("seller_id", "canteen_0"))
-                .backward()
-                .limit(3)
-                .options(ReadOptions {
-                    columns_to_get: Some(vec!["amount".into(), "category".into()]),
-                    ..Default::default()
-                }),
-        )
-        .await?;
-    for r in &page.rows {
-        println!("{}", json::row_json(r));
-    }
-
-    println!("\n-- Full scan: rows, total amount and refunds per category");
-    let mut req = GetRange::new();
-    let mut rows = 0u64;
-    let mut total = 0.0f64;
-    let mut refunds = std::collections::BTreeMap::<String, u64>::new();
-    loop {
-        let page = t.get_range(req.clone()).await?;
-        for r in &page.rows {
-            rows += 1;
-            if let Some(crate::Value::Double(a)) = r.latest("amount") {
-                total += a;
-            }
-            if let (Some(crate::Value::Boolean(true)), Some(crate::Value::String(c))) =
-                (r.latest("refund"), r.latest("category"))
-            {
-                *refunds.entry(c.clone()).or_default() += 1;
-            }
-        }
-        match page.next_start {
-            Some(n) => req.start = Some(n.into()),
-            None => break,
+    let sess = crate::sql::SqlSession::new(db.clone());
+    for (name, text) in QUERIES {
+        println!("\n-- queries/demo/{name}");
+        for stmt in crate::sql::split_statements(text) {
+            println!("{stmt};");
+            let out = sess
+                .execute(&stmt)
+                .await
+                .map_err(|e| crate::Error::new(ErrorKind::Io, format!("demo query {name} failed: {e}")))?;
+            super::sql::print_output(out, super::sql::Format::Table).await?;
         }
     }
-    println!("rows {rows}, total amount {total:.2}");
-    for (c, n) in refunds {
-        println!("refunds {c}: {n}");
-    }
-
-    println!("\n-- Compaction");
-    t.compact().await?;
-    let s = t.stats();
-    println!("segments {}, {} bytes on disk", s.segments, s.segment_bytes);
     Ok(())
 }
+
+/// The demo queries, in the order they run (`queries/demo/*.sql`).
+pub(crate) const QUERIES: &[(&str, &str)] = &[
+    ("01_tables.sql", include_str!("../../queries/demo/01_tables.sql")),
+    (
+        "02_spend_per_seller.sql",
+        include_str!("../../queries/demo/02_spend_per_seller.sql"),
+    ),
+    (
+        "03_card_history.sql",
+        include_str!("../../queries/demo/03_card_history.sql"),
+    ),
+    (
+        "04_point_lookup.sql",
+        include_str!("../../queries/demo/04_point_lookup.sql"),
+    ),
+    ("05_versions.sql", include_str!("../../queries/demo/05_versions.sql")),
+    (
+        "06_sparse_columns.sql",
+        include_str!("../../queries/demo/06_sparse_columns.sql"),
+    ),
+    ("07_top_cards.sql", include_str!("../../queries/demo/07_top_cards.sql")),
+    ("08_explain.sql", include_str!("../../queries/demo/08_explain.sql")),
+];
 
 fn order_pk(card: i64, order: i64) -> PrimaryKey {
     let seller = SELLERS[(card as usize + order as usize) % SELLERS.len()];

@@ -5,6 +5,7 @@
 
 mod demo;
 pub mod json;
+mod sql;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -164,8 +165,20 @@ pub enum Command {
     },
     /// Full compaction now; waits until done
     Compact { table: String },
-    /// Create the demo dataset on the data directory and read it back
+    /// Create the demo dataset on the data directory and run the demo queries
     Demo,
+    /// Run SQL: -c statements, -f files, else stdin, or a REPL on a terminal
+    Sql {
+        /// SQL to run (repeatable; each may hold several statements)
+        #[arg(short = 'c', long = "command", value_name = "SQL")]
+        command: Vec<String>,
+        /// A file of SQL statements (repeatable)
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: Vec<PathBuf>,
+        /// Output format of result sets
+        #[arg(long, value_enum, default_value = "table")]
+        format: sql::Format,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -322,6 +335,10 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         Command::Demo => {
             drop(out);
             demo::run(db).await?;
+        }
+        Command::Sql { command, file, format } => {
+            drop(out);
+            return sql::run(db, command, file, format).await;
         }
     }
     Ok(0)

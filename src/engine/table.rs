@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::memtable::Memtable;
 use crate::row::RowState;
-use crate::schema::{TableOptions, TableSchema};
+use crate::schema::{ColumnDef, TableOptions, TableSchema};
 use crate::segment::Segment;
 
 pub(crate) struct TableState {
@@ -28,7 +28,10 @@ pub(crate) struct TableState {
 
 pub(crate) struct TableInner {
     pub id: u64,
+    /// Name and primary key (its `columns` are kept in `declared`).
     pub schema: TableSchema,
+    /// Declared attribute columns (ALTER TABLE ADD COLUMN changes them).
+    pub declared: RwLock<Vec<ColumnDef>>,
     pub options: RwLock<TableOptions>,
     pub state: RwLock<TableState>,
     pub manifest_log: ManifestLog,
@@ -66,8 +69,11 @@ impl TableInner {
         manifest: TableManifest,
         segments: Vec<Arc<Segment>>,
     ) -> Self {
+        let mut schema = schema;
+        let declared = RwLock::new(std::mem::take(&mut schema.columns));
         TableInner {
             id,
+            declared,
             manifest_log: ManifestLog::new(&format!("tables/{id}/manifest")),
             schema,
             options: RwLock::new(options),
@@ -81,6 +87,13 @@ impl TableInner {
             stats: TableStats::default(),
             last_flush_error: Mutex::new(None),
         }
+    }
+
+    /// The schema with the current declared columns.
+    pub fn full_schema(&self) -> TableSchema {
+        let mut s = self.schema.clone();
+        s.columns = self.declared.read().clone();
+        s
     }
 
     pub fn snapshot(&self, visible_seq: &AtomicU64) -> Snapshot {

@@ -12,10 +12,15 @@
 //! | `__row`     | UInt8                    | 0 merge, 1 replaces older sources, 2 deleted|
 //! | `__row_ts`  | Int64, nullable          | row marker of a PK-only PutRow              |
 //! | `__tomb`    | Binary, nullable         | column / version tombstones (rank 0 only)   |
+//! | `__max_ts`  | Int64, nullable          | newest version of any cell or row marker    |
 //! | attribute c | Struct{ts, i, d, s, b, t}| version and value; one value child is set   |
 //!
 //! An attribute struct has only the value children whose type occurs in the
-//! segment. `__row`, `__row_ts` and `__tomb` are meaningful on rank 0 only.
+//! segment. `__row`, `__row_ts`, `__tomb` and `__max_ts` are meaningful on
+//! rank 0 only. `__max_ts` (null: the key holds no value and no row marker
+//! here) lets a SQL scan decide whether a row exists under the TTL without
+//! reading every attribute column. Segments written before it existed lack
+//! it; readers then look at every attribute's `ts`.
 
 use std::sync::Arc;
 
@@ -30,6 +35,7 @@ pub(crate) const RANK: &str = "__rank";
 pub(crate) const ROW: &str = "__row";
 pub(crate) const ROW_TS: &str = "__row_ts";
 pub(crate) const TOMB: &str = "__tomb";
+pub(crate) const MAX_TS: &str = "__max_ts";
 pub(crate) const TS: &str = "ts";
 
 pub(crate) const ROW_MERGE: u8 = 0;
@@ -98,6 +104,7 @@ pub(crate) fn arrow_schema(table: &TableSchema, columns: &[(String, TypeSet)]) -
     fields.push(Field::new(ROW, DataType::UInt8, false));
     fields.push(Field::new(ROW_TS, DataType::Int64, true));
     fields.push(Field::new(TOMB, DataType::Binary, true));
+    fields.push(Field::new(MAX_TS, DataType::Int64, true));
     for (name, types) in columns {
         fields.push(Field::new(name, DataType::Struct(struct_fields(*types)), true));
     }

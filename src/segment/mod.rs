@@ -9,7 +9,7 @@ pub(crate) mod format;
 mod reader;
 mod writer;
 
-pub(crate) use reader::SegmentCursor;
+pub(crate) use reader::{RowSpan, SegmentBatchStream, SegmentCursor};
 pub(crate) use writer::{SegmentBuilder, SegmentWriteOptions, write_segment};
 
 use std::sync::Arc;
@@ -40,6 +40,11 @@ pub(crate) struct SegmentMeta {
     pub max_seq: u64,
     /// Attribute columns and the value types present, sorted by name.
     pub columns: Vec<(String, TypeSet)>,
+    /// Per column (same order), how many values of each type were written
+    /// (`ValueType::index` order). SQL shows a discovered column with the
+    /// type most of its values have. Empty for segments written before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub value_counts: Vec<[u64; 5]>,
 }
 
 impl SegmentMeta {

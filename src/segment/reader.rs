@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use object_store::ObjectStoreExt;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
@@ -105,8 +105,91 @@ impl Segment {
     }
 }
 
+/// The rows of one row group a columnar scan reads.
+pub(crate) struct RowSpan {
+    pub row_group: usize,
+    pub rows: Range<usize>,
+    /// True when every key of these rows is known to lie in the range (the
+    /// row group's key statistics are inside it): no per-row key check.
+    pub inside: bool,
+}
+
+/// A columnar stream of segment rows (Parquet batches as stored).
+pub(crate) type SegmentBatchStream = parquet::arrow::async_reader::ParquetRecordBatchStream<SegmentFileReader>;
+
+impl Segment {
+    /// The rows that can hold keys of `range`, row group by row group
+    /// (pruned by row-group statistics and the `__pk` page index).
+    pub async fn row_spans(&self, range: &KeyRange) -> Result<Vec<RowSpan>> {
+        let meta = self.reader_metadata().await?;
+        let md = meta.metadata();
+        Ok((0..md.num_row_groups())
+            .filter(|&rg| row_group_overlaps(md, rg, range))
+            .map(|rg| RowSpan {
+                row_group: rg,
+                rows: selected_rows(md, rg, range),
+                inside: pk_bounds(md.row_group(rg).column(0).statistics())
+                    .is_some_and(|(min, max)| range.contains(min) && range.contains(max)),
+            })
+            .filter(|s| s.rows.start < s.rows.end)
+            .collect())
+    }
+
+    /// The first key of every row group with its row count, in key order:
+    /// where a scan can be split without cutting a key.
+    pub async fn row_group_starts(&self) -> Result<Vec<(Vec<u8>, u64)>> {
+        let meta = self.reader_metadata().await?;
+        let md = meta.metadata();
+        Ok((0..md.num_row_groups())
+            .filter_map(|rg| {
+                let (min, _) = pk_bounds(md.row_group(rg).column(0).statistics())?;
+                Some((min.to_vec(), md.row_group(rg).num_rows() as u64))
+            })
+            .collect())
+    }
+
+    /// Leaf column indices by path (`["amount", "d"]`, `["__pk"]`).
+    pub async fn leaf_paths(&self) -> Result<Vec<Vec<String>>> {
+        let meta = self.reader_metadata().await?;
+        let descr = meta.metadata().file_metadata().schema_descr();
+        Ok((0..descr.num_columns())
+            .map(|i| descr.column(i).path().parts().to_vec())
+            .collect())
+    }
+
+    /// Streams the given rows with only the given leaf columns.
+    pub async fn stream_rows(
+        self: &Arc<Self>,
+        spans: &[RowSpan],
+        leaves: Vec<usize>,
+        batch_rows: usize,
+    ) -> Result<SegmentBatchStream> {
+        let meta = self.reader_metadata().await?.clone();
+        let md = meta.metadata().clone();
+        let mask = ProjectionMask::leaves(md.file_metadata().schema_descr(), leaves);
+        let mut selectors = Vec::new();
+        for s in spans {
+            let total = md.row_group(s.row_group).num_rows() as usize;
+            if s.rows.start > 0 {
+                selectors.push(RowSelector::skip(s.rows.start));
+            }
+            selectors.push(RowSelector::select(s.rows.end - s.rows.start));
+            if s.rows.end < total {
+                selectors.push(RowSelector::skip(total - s.rows.end));
+            }
+        }
+        ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(), meta)
+            .with_row_groups(spans.iter().map(|s| s.row_group).collect())
+            .with_projection(mask)
+            .with_row_selection(RowSelection::from(selectors))
+            .with_batch_size(batch_rows)
+            .build()
+            .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+    }
+}
+
 /// Byte-range reads of a segment file through `object_store`.
-struct SegmentFileReader {
+pub(crate) struct SegmentFileReader {
     store: Arc<dyn object_store::ObjectStore>,
     path: object_store::path::Path,
     size: u64,

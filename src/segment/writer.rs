@@ -129,6 +129,7 @@ impl<'a> SegmentBuilder<'a> {
             min_seq: seq_range.0,
             max_seq: seq_range.1,
             columns: self.columns,
+            value_counts: self.batch.attrs.iter().map(|a| a.counts).collect(),
         };
         Ok((bytes, meta))
     }
@@ -221,6 +222,8 @@ enum PkBuilder {
 
 struct AttrBuilder {
     types: TypeSet,
+    /// Values written per type (`ValueType::index` order), for the manifest.
+    counts: [u64; 5],
     ts: Int64Builder,
     i: Int64Builder,
     d: Float64Builder,
@@ -234,6 +237,7 @@ impl AttrBuilder {
     fn new(types: TypeSet) -> Self {
         AttrBuilder {
             types,
+            counts: [0; 5],
             ts: Int64Builder::new(),
             i: Int64Builder::new(),
             d: Float64Builder::new(),
@@ -257,6 +261,7 @@ impl AttrBuilder {
         };
         self.ts.append_value(*ts);
         self.valid.append_non_null();
+        self.counts[value.value_type().index()] += 1;
         match value {
             Value::Integer(x) => self.i.append_value(*x),
             _ => self.i.append_null(),
@@ -307,6 +312,7 @@ struct BatchBuilder {
     row: UInt8Builder,
     row_ts: Int64Builder,
     tomb: BinaryBuilder,
+    max_ts: Int64Builder,
     names: Vec<String>,
     attrs: Vec<AttrBuilder>,
 }
@@ -330,6 +336,7 @@ impl BatchBuilder {
             row: UInt8Builder::new(),
             row_ts: Int64Builder::new(),
             tomb: BinaryBuilder::new(),
+            max_ts: Int64Builder::new(),
             names: columns.iter().map(|(n, _)| n.clone()).collect(),
             attrs: columns.iter().map(|(_, t)| AttrBuilder::new(*t)).collect(),
         }
@@ -353,6 +360,12 @@ impl BatchBuilder {
             ROW_REPLACE
         };
         let tomb = encode_tombstones(st);
+        let max_ts = st
+            .columns
+            .values()
+            .filter_map(|c| c.versions.first().map(|(v, _)| *v))
+            .chain(st.row_ts)
+            .max();
         for rank in 0..ranks {
             self.pk.append_value(key);
             for (b, (_, v)) in self.pk_cols.iter_mut().zip(&pk.columns) {
@@ -371,9 +384,11 @@ impl BatchBuilder {
             if rank == 0 {
                 self.row_ts.append_option(st.row_ts);
                 self.tomb.append_option(tomb.as_deref());
+                self.max_ts.append_option(max_ts);
             } else {
                 self.row_ts.append_null();
                 self.tomb.append_null();
+                self.max_ts.append_null();
             }
             // Merge-join the key's columns (sorted) with the segment's (sorted).
             // A key may hold columns the segment has no Parquet column for
@@ -411,6 +426,7 @@ impl BatchBuilder {
         arrays.push(Arc::new(self.row.finish()));
         arrays.push(Arc::new(self.row_ts.finish()));
         arrays.push(Arc::new(self.tomb.finish()));
+        arrays.push(Arc::new(self.max_ts.finish()));
         for a in &mut self.attrs {
             arrays.push(a.finish()?);
         }

@@ -314,3 +314,106 @@ fn write_from_a_file_and_parameter_errors() {
     }
     assert!(c.ok(&["get", "t", r#"{"k":"a"}"#]).contains("\"n\":[{\"value\":1"));
 }
+
+impl Cli {
+    /// `cellar sql` with SQL on stdin.
+    fn sql_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut a = vec!["sql"];
+        a.extend_from_slice(args);
+        let mut child = self
+            .cmd(&a)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+#[test]
+fn sql_command_formats() {
+    let c = Cli::new();
+    c.ok(&[
+        "sql",
+        "-c",
+        "CREATE TABLE t (k BIGINT, name VARCHAR, score DOUBLE, raw VARBINARY, PRIMARY KEY (k))",
+        "-c",
+        "INSERT INTO t VALUES (1, 'a,b', 1.5, X'00ff'), (2, NULL, NULL, NULL)",
+    ]);
+    let q = "SELECT * FROM t ORDER BY k";
+    assert_eq!(
+        c.ok(&["sql", "--format", "csv", "-c", q]),
+        "k,name,score,raw\n1,\"a,b\",1.5,00ff\n2,,,\n"
+    );
+    assert_eq!(
+        c.ok(&["sql", "--format", "json", "-c", q]),
+        "[{\"k\":1,\"name\":\"a,b\",\"score\":1.5,\"raw\":\"00ff\"},{\"k\":2,\"name\":null,\"score\":null,\"raw\":null}]\n"
+    );
+    assert_eq!(
+        c.ok(&["sql", "--format", "ndjson", "-c", q]),
+        "{\"k\":1,\"name\":\"a,b\",\"score\":1.5,\"raw\":\"00ff\"}\n{\"k\":2,\"name\":null,\"score\":null,\"raw\":null}\n"
+    );
+    assert_eq!(
+        c.ok(&["sql", "--format", "json", "-c", "SELECT * FROM t WHERE k = 9"]),
+        "[]\n"
+    );
+    assert_eq!(
+        c.ok(&["sql", "--format", "csv", "-c", "SELECT k FROM t WHERE k = 9"]),
+        "k\n"
+    );
+    let table = c.ok(&["sql", "-c", "SELECT k, name FROM t WHERE k = 1"]);
+    assert_eq!(
+        table,
+        "+---+------+\n| k | name |\n+---+------+\n| 1 | a,b  |\n+---+------+\n"
+    );
+    // A file, and several statements on stdin.
+    let f = c.dir.path().join("q.sql");
+    std::fs::write(&f, "-- a comment; with a semicolon\nSELECT count(*) AS n FROM t;\n").unwrap();
+    assert_eq!(c.ok(&["sql", "--format", "csv", "-f", f.to_str().unwrap()]), "n\n2\n");
+    let o = c.sql_stdin(&["--format", "csv"], "SELECT 1 AS a;\nSELECT 'x;y' AS b;\n");
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8(o.stdout).unwrap(), "a\n1\nb\nx;y\n");
+}
+
+#[test]
+fn sql_errors_exit_1_and_keep_earlier_statements() {
+    let c = Cli::new();
+    let o = c.sql_stdin(
+        &["--format", "csv"],
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT);\nINSERT INTO t VALUES (1, 1);\nSELECT nope FROM t;\nINSERT INTO t VALUES (2, 2);\n",
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(err.contains("nope"), "{err}");
+    assert_eq!(String::from_utf8(o.stdout).unwrap(), "count\n1\n");
+    assert_eq!(c.ok(&["sql", "--format", "csv", "-c", "SELECT k FROM t"]), "k\n1\n");
+    let o = c.run(&["sql", "-c", "CREATE TABLE bad (a DOUBLE PRIMARY KEY)"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("primary keys accept"));
+    // The row API sees what SQL wrote, and the other way round.
+    let row = c.ok(&["get", "t", "{\"k\":1}"]);
+    assert!(row.contains("\"v\":[{\"value\":1,"), "{row}");
+}
+
+#[test]
+fn demo_runs_every_query_and_is_safe_to_rerun() {
+    let c = Cli::new();
+    let first = c.ok(&["demo"]);
+    assert!(first.contains("-- loaded 20000 consumption records"), "{first}");
+    for f in [
+        "01_tables.sql",
+        "02_spend_per_seller.sql",
+        "04_point_lookup.sql",
+        "05_versions.sql",
+        "08_explain.sql",
+    ] {
+        assert!(first.contains(&format!("-- queries/demo/{f}")), "{f} missing");
+    }
+    assert!(first.contains("keys=[card_id IN (3, 5)]"), "{first}");
+    let second = c.ok(&["demo"]);
+    assert!(second.contains("exists"), "{second}");
+    let n = c.ok(&["sql", "--format", "csv", "-c", "SELECT count(*) AS n FROM consumption"]);
+    assert_eq!(n, "n\n20000\n");
+}

@@ -1,0 +1,853 @@
+//! Columnar scans of the latest visible version of each row, for SQL.
+//!
+//! A scan range is cut into pieces by how the table's sources overlap:
+//! - **single**: one segment covers the piece and no other segment does. Its
+//!   rank-0 rows already are the latest version of each row, so the scan
+//!   reads them column by column straight from Parquet (only the projected
+//!   attribute children, plus `__rank`, `__row` and `__max_ts` for
+//!   visibility) and applies the TTL with Arrow kernels. Memtable keys that
+//!   fall into the piece are merged in: a key only in the memtable, or
+//!   replaced there (PutRow / DeleteRow), needs nothing from the segment; a
+//!   memtable UpdateRow over a segment key reads that key's full state.
+//! - **merge**: several segments overlap (not yet compacted), or there is no
+//!   segment at all (memtables only): a row-by-row k-way merge, the same
+//!   one GetRange uses.
+//! - **point**: a full primary key: one GetRow.
+//!
+//! So a compacted table scans at Parquet speed, and writes since the last
+//! flush cost in proportion to their number, not to the table's size.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryBuilder, BooleanArray, BooleanBuilder, Float64Builder, Int64Array, Int64Builder,
+    RecordBatch, RecordBatchOptions, StringBuilder, StructArray, new_null_array,
+};
+use arrow::compute::kernels::cmp;
+use arrow::compute::{and, filter_record_batch, interleave, is_not_null, nullif};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt8Type, UInt16Type};
+use futures::StreamExt;
+
+use super::scan::MergeScan;
+use super::table::{Snapshot, TableInner};
+use crate::error::{Error, Result};
+use crate::key::{KeyRange, key_successor};
+use crate::row::{ReadOptions, RowState, visible_cells};
+use crate::segment::format::{self, ROW_DELETED};
+use crate::segment::{RowSpan, Segment, SegmentBatchStream};
+use crate::types::{Cell, PkValue, Value, ValueType};
+
+/// Rows per output batch.
+pub(crate) const BATCH_ROWS: usize = 8192;
+
+/// One output column of a latest-version scan.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OutCol {
+    /// The i-th primary-key column.
+    Pk(usize),
+    /// An attribute column shown with this type (values of another type
+    /// read as NULL unless exactly convertible, see [`convert`]).
+    Attr { name: String, ty: ValueType },
+}
+
+/// The Arrow type SQL shows a value type with.
+pub(crate) fn arrow_type(t: ValueType) -> DataType {
+    match t {
+        ValueType::Integer => DataType::Int64,
+        ValueType::Double => DataType::Float64,
+        ValueType::String => DataType::Utf8,
+        ValueType::Binary => DataType::Binary,
+        ValueType::Boolean => DataType::Boolean,
+    }
+}
+
+/// The struct child of the wide layout that holds values of type `t`.
+fn child_name(t: ValueType) -> &'static str {
+    match t {
+        ValueType::Integer => "i",
+        ValueType::Double => "d",
+        ValueType::String => "s",
+        ValueType::Binary => "b",
+        ValueType::Boolean => "t",
+    }
+}
+
+/// `v` as a value of type `ty`, when that loses nothing: integers and
+/// doubles convert when the number is the same (|i| <= 2^53, whole doubles);
+/// numbers and booleans read as strings in their canonical text; strings
+/// read as numbers or booleans only when they are that canonical text;
+/// strings read as binaries (their UTF-8 bytes) and binaries as strings when
+/// they are valid UTF-8. Everything else is `None` (SQL NULL).
+pub(crate) fn convert(v: &Value, ty: ValueType) -> Option<Value> {
+    const EXACT: i64 = 1 << 53;
+    match (v, ty) {
+        (v, t) if v.value_type() == t => Some(v.clone()),
+        (Value::Integer(i), ValueType::Double) => (-EXACT..=EXACT).contains(i).then_some(Value::Double(*i as f64)),
+        (Value::Double(d), ValueType::Integer) => {
+            (d.fract() == 0.0 && *d >= -9.223_372_036_854_776e18 && *d < 9.223_372_036_854_776e18)
+                .then_some(Value::Integer(*d as i64))
+        }
+        (Value::Integer(i), ValueType::String) => Some(Value::String(i.to_string())),
+        (Value::Double(d), ValueType::String) => d.is_finite().then(|| Value::String(d.to_string())),
+        (Value::Boolean(b), ValueType::String) => Some(Value::String(b.to_string())),
+        (Value::String(s), ValueType::Integer) => s
+            .parse::<i64>()
+            .ok()
+            .filter(|i| i.to_string() == *s)
+            .map(Value::Integer),
+        (Value::String(s), ValueType::Double) => s
+            .parse::<f64>()
+            .ok()
+            .filter(|d| d.is_finite() && d.to_string() == *s)
+            .map(Value::Double),
+        (Value::String(s), ValueType::Boolean) => match s.as_str() {
+            "true" => Some(Value::Boolean(true)),
+            "false" => Some(Value::Boolean(false)),
+            _ => None,
+        },
+        (Value::String(s), ValueType::Binary) => Some(Value::Binary(s.as_bytes().to_vec())),
+        (Value::Binary(b), ValueType::String) => String::from_utf8(b.clone()).ok().map(Value::String),
+        _ => None,
+    }
+}
+
+/// A typed column builder for rows assembled one at a time.
+pub(crate) enum ColBuilder {
+    I(Int64Builder),
+    D(Float64Builder),
+    S(StringBuilder),
+    B(BinaryBuilder),
+    T(BooleanBuilder),
+}
+
+impl ColBuilder {
+    pub fn new(t: ValueType) -> Self {
+        match t {
+            ValueType::Integer => ColBuilder::I(Int64Builder::new()),
+            ValueType::Double => ColBuilder::D(Float64Builder::new()),
+            ValueType::String => ColBuilder::S(StringBuilder::new()),
+            ValueType::Binary => ColBuilder::B(BinaryBuilder::new()),
+            ValueType::Boolean => ColBuilder::T(BooleanBuilder::new()),
+        }
+    }
+
+    /// Appends `v` converted to this column's type (NULL when it does not
+    /// convert exactly).
+    pub fn push(&mut self, v: Option<&Value>) {
+        let ty = match self {
+            ColBuilder::I(_) => ValueType::Integer,
+            ColBuilder::D(_) => ValueType::Double,
+            ColBuilder::S(_) => ValueType::String,
+            ColBuilder::B(_) => ValueType::Binary,
+            ColBuilder::T(_) => ValueType::Boolean,
+        };
+        let v = v.and_then(|v| convert(v, ty));
+        match (self, v) {
+            (ColBuilder::I(b), Some(Value::Integer(x))) => b.append_value(x),
+            (ColBuilder::D(b), Some(Value::Double(x))) => b.append_value(x),
+            (ColBuilder::S(b), Some(Value::String(x))) => b.append_value(x),
+            (ColBuilder::B(b), Some(Value::Binary(x))) => b.append_value(x),
+            (ColBuilder::T(b), Some(Value::Boolean(x))) => b.append_value(x),
+            (ColBuilder::I(b), _) => b.append_null(),
+            (ColBuilder::D(b), _) => b.append_null(),
+            (ColBuilder::S(b), _) => b.append_null(),
+            (ColBuilder::B(b), _) => b.append_null(),
+            (ColBuilder::T(b), _) => b.append_null(),
+        }
+    }
+
+    pub fn push_pk(&mut self, v: &PkValue) {
+        let v = match v {
+            PkValue::Integer(i) => Value::Integer(*i),
+            PkValue::String(s) => Value::String(s.clone()),
+            PkValue::Binary(b) => Value::Binary(b.clone()),
+        };
+        self.push(Some(&v));
+    }
+
+    pub fn finish(&mut self) -> ArrayRef {
+        match self {
+            ColBuilder::I(b) => Arc::new(b.finish()),
+            ColBuilder::D(b) => Arc::new(b.finish()),
+            ColBuilder::S(b) => Arc::new(b.finish()),
+            ColBuilder::B(b) => Arc::new(b.finish()),
+            ColBuilder::T(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+pub(crate) fn pk_value_type(t: crate::types::PkType) -> ValueType {
+    match t {
+        crate::types::PkType::Integer => ValueType::Integer,
+        crate::types::PkType::String => ValueType::String,
+        crate::types::PkType::Binary => ValueType::Binary,
+    }
+}
+
+/// Builds output batches from rows given as key + visible cells.
+struct RowsBuilder {
+    cols: Arc<[OutCol]>,
+    builders: Vec<ColBuilder>,
+    rows: usize,
+}
+
+impl RowsBuilder {
+    fn new(table: &TableInner, cols: &Arc<[OutCol]>) -> Self {
+        let builders = cols
+            .iter()
+            .map(|c| match c {
+                OutCol::Pk(i) => ColBuilder::new(pk_value_type(table.schema.primary_key[*i].pk_type)),
+                OutCol::Attr { ty, .. } => ColBuilder::new(*ty),
+            })
+            .collect();
+        RowsBuilder {
+            cols: cols.clone(),
+            builders,
+            rows: 0,
+        }
+    }
+
+    fn push(&mut self, table: &TableInner, key: &[u8], cells: &[(String, Vec<Cell>)]) -> Result<()> {
+        let pk = if self.cols.iter().any(|c| matches!(c, OutCol::Pk(_))) {
+            Some(table.schema.decode_pk(key)?)
+        } else {
+            None
+        };
+        for (c, b) in self.cols.iter().zip(&mut self.builders) {
+            match c {
+                OutCol::Pk(i) => {
+                    if let Some(pk) = &pk {
+                        b.push_pk(&pk.columns[*i].1);
+                    }
+                }
+                OutCol::Attr { name, .. } => {
+                    let v = cells
+                        .binary_search_by(|(n, _)| n.as_str().cmp(name))
+                        .ok()
+                        .and_then(|i| cells[i].1.first())
+                        .map(|c| &c.value);
+                    b.push(v);
+                }
+            }
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch> {
+        let arrays: Vec<ArrayRef> = self.builders.iter_mut().map(|b| b.finish()).collect();
+        let n = std::mem::take(&mut self.rows);
+        Ok(RecordBatch::try_new_with_options(
+            schema.clone(),
+            arrays,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?)
+    }
+}
+
+/// A key range to scan; `point` when it is exactly one full key.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ScanRange {
+    pub range: KeyRange,
+    pub point: bool,
+}
+
+impl ScanRange {
+    pub fn point(key: Vec<u8>) -> Self {
+        ScanRange {
+            range: KeyRange::point(&key),
+            point: true,
+        }
+    }
+}
+
+enum Piece {
+    Point(Vec<u8>),
+    Single { seg: Arc<Segment>, range: KeyRange },
+    Merge(KeyRange),
+}
+
+/// Cuts ranges (sorted, disjoint) into pieces by segment overlap.
+fn plan_pieces(snap: &Snapshot, ranges: &[ScanRange]) -> Vec<Piece> {
+    let mut out = Vec::new();
+    for r in ranges {
+        if r.range.is_empty() {
+            continue;
+        }
+        if r.point {
+            out.push(Piece::Point(r.range.lo.clone()));
+            continue;
+        }
+        let mut segs: Vec<&Arc<Segment>> = snap
+            .segments
+            .iter()
+            .filter(|s| r.range.overlaps(&s.min_key, &s.max_key))
+            .collect();
+        segs.sort_by(|a, b| a.min_key.cmp(&b.min_key));
+        // Groups of transitively overlapping segments, in key order.
+        // (min key, max key, members)
+        type Group<'a> = (Vec<u8>, Vec<u8>, Vec<&'a Arc<Segment>>);
+        let mut groups: Vec<Group> = Vec::new();
+        for s in segs {
+            match groups.last_mut() {
+                Some((_, max, members)) if s.min_key <= *max => {
+                    if s.max_key > *max {
+                        *max = s.max_key.clone();
+                    }
+                    members.push(s);
+                }
+                _ => groups.push((s.min_key.clone(), s.max_key.clone(), vec![s])),
+            }
+        }
+        let mut cursor = r.range.lo.clone();
+        let clip_hi = |h: Vec<u8>| match &r.range.hi {
+            Some(rh) if *rh < h => rh.clone(),
+            _ => h,
+        };
+        for (min, max, members) in groups {
+            if min > cursor {
+                out.push(Piece::Merge(KeyRange {
+                    lo: cursor.clone(),
+                    hi: Some(clip_hi(min.clone())),
+                }));
+            }
+            let lo = if min > cursor { min } else { cursor.clone() };
+            let hi = clip_hi(key_successor(&max));
+            let range = KeyRange {
+                lo,
+                hi: Some(hi.clone()),
+            };
+            if members.len() == 1 {
+                out.push(Piece::Single {
+                    seg: members[0].clone(),
+                    range,
+                });
+            } else {
+                out.push(Piece::Merge(range));
+            }
+            cursor = hi;
+        }
+        let tail = KeyRange {
+            lo: cursor,
+            hi: r.range.hi.clone(),
+        };
+        if !tail.is_empty() {
+            out.push(Piece::Merge(tail));
+        }
+    }
+    out
+}
+
+/// A scan of the latest visible version of each row over some key ranges,
+/// producing Arrow batches with the given columns.
+pub(crate) struct LatestScan {
+    table: Arc<TableInner>,
+    snap: Arc<Snapshot>,
+    now_ms: i64,
+    cols: Arc<[OutCol]>,
+    schema: SchemaRef,
+    pieces: VecDeque<Piece>,
+    current: Option<Current>,
+    remaining: usize,
+}
+
+enum Current {
+    Single(Box<SingleReader>),
+    Merge(MergeScan),
+}
+
+impl LatestScan {
+    pub fn new(
+        table: Arc<TableInner>,
+        snap: Arc<Snapshot>,
+        now_ms: i64,
+        ranges: &[ScanRange],
+        cols: Arc<[OutCol]>,
+        schema: SchemaRef,
+        limit: Option<usize>,
+    ) -> Self {
+        let pieces = plan_pieces(&snap, ranges).into();
+        LatestScan {
+            table,
+            snap,
+            now_ms,
+            cols,
+            schema,
+            pieces,
+            current: None,
+            remaining: limit.unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The next non-empty batch, or `None` at the end.
+    pub async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        while self.remaining > 0 {
+            let batch = match self.current.as_mut() {
+                None => {
+                    let Some(piece) = self.pieces.pop_front() else {
+                        return Ok(None);
+                    };
+                    match piece {
+                        Piece::Point(key) => {
+                            point(&self.table, &self.snap, self.now_ms, &self.cols, &self.schema, &key).await?
+                        }
+                        Piece::Merge(range) => {
+                            let scan = MergeScan::new(&self.snap, range, false, None);
+                            self.current = Some(Current::Merge(scan));
+                            continue;
+                        }
+                        Piece::Single { seg, range } => {
+                            let r = SingleReader::open(&self.table, &self.snap, self.now_ms, &self.cols, seg, range)
+                                .await?;
+                            self.current = Some(Current::Single(Box::new(r)));
+                            continue;
+                        }
+                    }
+                }
+                Some(Current::Merge(scan)) => {
+                    let b = merge_batch(scan, &self.table, &self.snap, self.now_ms, &self.cols, &self.schema).await?;
+                    if b.is_none() {
+                        self.current = None;
+                    }
+                    b
+                }
+                Some(Current::Single(r)) => {
+                    let b = r
+                        .next_batch(&self.table, &self.snap, self.now_ms, &self.cols, &self.schema)
+                        .await?;
+                    if b.is_none() {
+                        self.current = None;
+                    }
+                    b
+                }
+            };
+            if let Some(b) = batch
+                && b.num_rows() > 0
+            {
+                let b = if b.num_rows() > self.remaining {
+                    b.slice(0, self.remaining)
+                } else {
+                    b
+                };
+                self.remaining -= b.num_rows();
+                return Ok(Some(b));
+            }
+        }
+        Ok(None)
+    }
+}
+
+async fn point(
+    table: &TableInner,
+    snap: &Snapshot,
+    now_ms: i64,
+    cols: &Arc<[OutCol]>,
+    schema: &SchemaRef,
+    key: &[u8],
+) -> Result<Option<RecordBatch>> {
+    let mut rows = RowsBuilder::new(table, cols);
+    if let Some(state) = snap.get_state(key, None).await?
+        && let Some(cells) = visible_cells(&state, now_ms, &snap.options, &ReadOptions::default())
+    {
+        rows.push(table, key, &cells)?;
+    }
+    Ok(Some(rows.finish(schema)?))
+}
+
+async fn merge_batch(
+    scan: &mut MergeScan,
+    table: &TableInner,
+    snap: &Snapshot,
+    now_ms: i64,
+    cols: &Arc<[OutCol]>,
+    schema: &SchemaRef,
+) -> Result<Option<RecordBatch>> {
+    let mut rows = RowsBuilder::new(table, cols);
+    let read = ReadOptions::default();
+    while rows.rows < BATCH_ROWS {
+        let Some((key, state)) = scan.next().await? else {
+            if rows.rows == 0 {
+                return Ok(None);
+            }
+            break;
+        };
+        if let Some(cells) = visible_cells(&state, now_ms, &snap.options, &read) {
+            rows.push(table, &key, &cells)?;
+        }
+    }
+    Ok(Some(rows.finish(schema)?))
+}
+
+/// Reads one segment's rank-0 rows over a piece, merging memtable keys in.
+struct SingleReader {
+    seg: Arc<Segment>,
+    range: KeyRange,
+    stream: Option<SegmentBatchStream>,
+    /// Some rows may lie outside the range: check `__pk` per row.
+    check_keys: bool,
+    has_max_ts: bool,
+    has_ranks: bool,
+    /// Memtable states of keys in the piece, in key order.
+    mem: VecDeque<(Vec<u8>, RowState)>,
+}
+
+impl SingleReader {
+    async fn open(
+        table: &TableInner,
+        snap: &Snapshot,
+        now_ms: i64,
+        cols: &Arc<[OutCol]>,
+        seg: Arc<Segment>,
+        range: KeyRange,
+    ) -> Result<Self> {
+        let mem_snap = Snapshot {
+            seq: snap.seq,
+            memtables: snap.memtables.clone(),
+            segments: Arc::new(Vec::new()),
+            options: snap.options,
+        };
+        let mut mem = VecDeque::new();
+        let mut ms = MergeScan::new(&mem_snap, range.clone(), false, None);
+        while let Some(kv) = ms.next().await? {
+            mem.push_back(kv);
+        }
+        let spans: Vec<RowSpan> = seg.row_spans(&range).await?;
+        let check_keys = spans.iter().any(|s| !s.inside);
+        let paths = seg.leaf_paths().await?;
+        let has_max_ts = paths.iter().any(|p| p.len() == 1 && p[0] == format::MAX_TS);
+        let has_ranks = seg.meta.num_rows > seg.meta.num_keys;
+        let ttl = snap.options.ttl_cutoff_ms(now_ms) > i64::MIN;
+        let need_pk = check_keys || !mem.is_empty();
+        let mut leaves = Vec::new();
+        for (i, p) in paths.iter().enumerate() {
+            let top = p[0].as_str();
+            let want = match top {
+                format::PK => need_pk,
+                format::RANK => has_ranks,
+                format::ROW => true,
+                format::MAX_TS => true,
+                format::ROW_TS => !has_max_ts,
+                format::SEQ | format::TOMB => false,
+                _ if p.len() == 1 => cols
+                    .iter()
+                    .any(|c| matches!(c, OutCol::Pk(k) if table.schema.primary_key[*k].name == top)),
+                _ => {
+                    let child = p[1].as_str();
+                    let projected = cols
+                        .iter()
+                        .any(|c| matches!(c, OutCol::Attr { name, .. } if name == top));
+                    if child == format::TS {
+                        // Without `__max_ts`, every column's version decides
+                        // whether the row exists.
+                        (projected && ttl) || !has_max_ts
+                    } else {
+                        projected
+                    }
+                }
+            };
+            if want {
+                leaves.push(i);
+            }
+        }
+        let stream = if spans.is_empty() {
+            None
+        } else {
+            Some(seg.stream_rows(&spans, leaves, BATCH_ROWS).await?)
+        };
+        Ok(SingleReader {
+            seg,
+            range,
+            stream,
+            check_keys,
+            has_max_ts,
+            has_ranks,
+            mem,
+        })
+    }
+
+    async fn next_batch(
+        &mut self,
+        table: &TableInner,
+        snap: &Snapshot,
+        now_ms: i64,
+        cols: &Arc<[OutCol]>,
+        schema: &SchemaRef,
+    ) -> Result<Option<RecordBatch>> {
+        loop {
+            let next = match self.stream.as_mut() {
+                Some(s) => s.next().await,
+                None => None,
+            };
+            match next {
+                Some(batch) => {
+                    let batch = batch.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
+                    let out = self.process(&batch, table, snap, now_ms, cols, schema).await?;
+                    if out.num_rows() > 0 {
+                        return Ok(Some(out));
+                    }
+                }
+                None => {
+                    self.stream = None;
+                    if self.mem.is_empty() {
+                        return Ok(None);
+                    }
+                    // Memtable keys past the segment's last row.
+                    let mut rows = RowsBuilder::new(table, cols);
+                    let read = ReadOptions::default();
+                    while let Some((key, st)) = self.mem.pop_front() {
+                        if let Some(cells) = visible_cells(&st, now_ms, &snap.options, &read) {
+                            rows.push(table, &key, &cells)?;
+                        }
+                    }
+                    return Ok(Some(rows.finish(schema)?));
+                }
+            }
+        }
+    }
+
+    async fn process(
+        &mut self,
+        batch: &RecordBatch,
+        table: &TableInner,
+        snap: &Snapshot,
+        now_ms: i64,
+        cols: &Arc<[OutCol]>,
+        schema: &SchemaRef,
+    ) -> Result<RecordBatch> {
+        let path = self.seg.meta.path.clone();
+        let corrupt = |what: &str| Error::corruption(format!("segment {path}: {what}"));
+        let n = batch.num_rows();
+        let cutoff = snap.options.ttl_cutoff_ms(now_ms);
+        // Which rows are visible rows of this segment.
+        let mut keep = {
+            let row = batch
+                .column_by_name(format::ROW)
+                .and_then(|a| a.as_primitive_opt::<UInt8Type>())
+                .ok_or_else(|| corrupt("no __row column"))?;
+            cmp::neq(row, &arrow::array::UInt8Array::new_scalar(ROW_DELETED))?
+        };
+        if self.has_ranks {
+            let rank = batch
+                .column_by_name(format::RANK)
+                .and_then(|a| a.as_primitive_opt::<UInt16Type>())
+                .ok_or_else(|| corrupt("no __rank column"))?;
+            keep = and(&keep, &cmp::eq(rank, &arrow::array::UInt16Array::new_scalar(0))?)?;
+        }
+        keep = and(&keep, &self.exists(batch, cutoff)?)?;
+        let pk = batch.column_by_name(format::PK).map(|a| a.as_binary::<i32>());
+        if self.check_keys {
+            let pk = pk.ok_or_else(|| corrupt("no __pk column"))?;
+            let inside: BooleanArray = pk
+                .iter()
+                .map(|k| Some(k.is_some_and(|k| self.range.contains(k))))
+                .collect();
+            keep = and(&keep, &inside)?;
+        }
+        // Memtable keys within this batch's keys (or before them).
+        let mut order: Option<Vec<(usize, usize)>> = None;
+        let mut patch = RowsBuilder::new(table, cols);
+        if let (Some(pk), Some((front, _))) = (pk, self.mem.front())
+            && n > 0
+            && front.as_slice() <= pk.value(n - 1)
+        {
+            let read = ReadOptions::default();
+            let mut keep_v: Vec<bool> = (0..n).map(|i| keep.value(i) && keep.is_valid(i)).collect();
+            let mut ord = Vec::with_capacity(n + self.mem.len().min(n));
+            let mut pass = 0;
+            for (r, keep_r) in keep_v.iter_mut().enumerate() {
+                let key = pk.value(r);
+                while let Some((k, _)) = self.mem.front() {
+                    if k.as_slice() > key {
+                        break;
+                    }
+                    let Some((k, st)) = self.mem.pop_front() else { break };
+                    let merged = if k.as_slice() < key {
+                        // Not in the segment (no older source has it).
+                        st
+                    } else {
+                        *keep_r = false;
+                        if st.replace {
+                            st
+                        } else {
+                            match self.seg.get(&k, None).await? {
+                                Some(older) => st.merge_over(older),
+                                None => st,
+                            }
+                        }
+                    };
+                    if let Some(cells) = visible_cells(&merged, now_ms, &snap.options, &read) {
+                        patch.push(table, &k, &cells)?;
+                        ord.push((1, patch.rows - 1));
+                    }
+                }
+                if *keep_r {
+                    ord.push((0, pass));
+                    pass += 1;
+                }
+            }
+            keep = BooleanArray::from(keep_v);
+            order = Some(ord);
+        }
+        // The visible rows, column by column.
+        let mut arrays = Vec::with_capacity(cols.len());
+        for c in cols.iter() {
+            arrays.push(match c {
+                OutCol::Pk(i) => batch
+                    .column_by_name(&table.schema.primary_key[*i].name)
+                    .cloned()
+                    .ok_or_else(|| corrupt("missing a primary-key column"))?,
+                OutCol::Attr { name, ty } => match batch.column_by_name(name) {
+                    Some(a) => attr_array(
+                        a.as_struct_opt().ok_or_else(|| corrupt("attribute is not a struct"))?,
+                        *ty,
+                        cutoff,
+                    )?,
+                    None => new_null_array(&arrow_type(*ty), n),
+                },
+            });
+        }
+        let full = RecordBatch::try_new_with_options(
+            schema.clone(),
+            arrays,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        let pass = if keep.true_count() == n && keep.null_count() == 0 {
+            full
+        } else {
+            filter_record_batch(&full, &keep)?
+        };
+        let Some(order) = order.filter(|_| patch.rows > 0) else {
+            return Ok(pass);
+        };
+        let patch = patch.finish(schema)?;
+        let mut arrays = Vec::with_capacity(cols.len());
+        for i in 0..cols.len() {
+            arrays.push(interleave(
+                &[pass.column(i).as_ref(), patch.column(i).as_ref()],
+                &order,
+            )?);
+        }
+        Ok(RecordBatch::try_new_with_options(
+            schema.clone(),
+            arrays,
+            &RecordBatchOptions::new().with_row_count(Some(order.len())),
+        )?)
+    }
+
+    /// Rows holding a live value or row marker (after the TTL).
+    fn exists(&self, batch: &RecordBatch, cutoff: i64) -> Result<BooleanArray> {
+        let live = |ts: &Int64Array| -> Result<BooleanArray> {
+            let valid = is_not_null(ts)?;
+            if cutoff == i64::MIN {
+                return Ok(valid);
+            }
+            Ok(and(&valid, &cmp::gt_eq(ts, &Int64Array::new_scalar(cutoff))?)?)
+        };
+        if self.has_max_ts {
+            let ts = batch
+                .column_by_name(format::MAX_TS)
+                .and_then(|a| a.as_primitive_opt::<Int64Type>())
+                .ok_or_else(|| Error::corruption(format!("segment {}: no __max_ts", self.seg.meta.path)))?;
+            return live(ts);
+        }
+        // Segments written before `__max_ts`: the row marker or any column.
+        let mut any = match batch
+            .column_by_name(format::ROW_TS)
+            .and_then(|a| a.as_primitive_opt::<Int64Type>())
+        {
+            Some(ts) => live(ts)?,
+            None => BooleanArray::from(vec![false; batch.num_rows()]),
+        };
+        for a in batch.columns() {
+            if let Some(st) = a.as_struct_opt()
+                && let Some(ts) = st
+                    .column_by_name(format::TS)
+                    .and_then(|t| t.as_primitive_opt::<Int64Type>())
+            {
+                let valid = BooleanArray::from((0..st.len()).map(|i| st.is_valid(i)).collect::<Vec<_>>());
+                any = arrow::compute::or(&any, &and(&valid, &live(ts)?)?)?;
+            }
+        }
+        Ok(any)
+    }
+}
+
+/// One attribute column (a wide-layout struct) as an array of type `ty`,
+/// NULL where the cell is absent, expired, or not exactly convertible.
+fn attr_array(st: &StructArray, ty: ValueType, cutoff: i64) -> Result<ArrayRef> {
+    let n = st.len();
+    let own = st.column_by_name(child_name(ty));
+    let others: Vec<(ValueType, &ArrayRef)> = ValueType::ALL
+        .iter()
+        .filter(|t| **t != ty)
+        .filter_map(|t| st.column_by_name(child_name(*t)).map(|a| (*t, a)))
+        .collect();
+    let mut out: ArrayRef = if others.is_empty() {
+        match own {
+            Some(a) => a.clone(),
+            None => new_null_array(&arrow_type(ty), n),
+        }
+    } else {
+        // Mixed types in this segment: convert row by row.
+        let mut b = ColBuilder::new(ty);
+        for r in 0..n {
+            let v = own
+                .and_then(|a| value_at(ty, a, r))
+                .or_else(|| others.iter().find_map(|(t, a)| value_at(*t, a, r)));
+            b.push(v.as_ref());
+        }
+        b.finish()
+    };
+    if cutoff > i64::MIN
+        && let Some(ts) = st
+            .column_by_name(format::TS)
+            .and_then(|t| t.as_primitive_opt::<Int64Type>())
+    {
+        let expired = cmp::lt(ts, &Int64Array::new_scalar(cutoff))?;
+        out = nullif(&out, &expired)?;
+    }
+    Ok(out)
+}
+
+fn value_at(t: ValueType, a: &ArrayRef, r: usize) -> Option<Value> {
+    if a.is_null(r) {
+        return None;
+    }
+    Some(match t {
+        ValueType::Integer => Value::Integer(a.as_primitive_opt::<Int64Type>()?.value(r)),
+        ValueType::Double => Value::Double(a.as_primitive_opt::<arrow::datatypes::Float64Type>()?.value(r)),
+        ValueType::String => Value::String(a.as_string_opt::<i32>()?.value(r).to_string()),
+        ValueType::Binary => Value::Binary(a.as_binary_opt::<i32>()?.value(r).to_vec()),
+        ValueType::Boolean => Value::Boolean(a.as_boolean_opt()?.value(r)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions_are_exact_or_null() {
+        use ValueType::*;
+        assert_eq!(convert(&Value::Integer(3), Double), Some(Value::Double(3.0)));
+        assert_eq!(convert(&Value::Integer(i64::MAX), Double), None);
+        assert_eq!(convert(&Value::Double(2.0), Integer), Some(Value::Integer(2)));
+        assert_eq!(convert(&Value::Double(2.5), Integer), None);
+        assert_eq!(convert(&Value::Double(1e19), Integer), None);
+        assert_eq!(convert(&Value::String("42".into()), Integer), Some(Value::Integer(42)));
+        assert_eq!(convert(&Value::String("042".into()), Integer), None);
+        assert_eq!(convert(&Value::String("x".into()), Double), None);
+        assert_eq!(convert(&Value::Integer(7), String), Some(Value::String("7".into())));
+        assert_eq!(
+            convert(&Value::Boolean(true), String),
+            Some(Value::String("true".into()))
+        );
+        assert_eq!(convert(&Value::Binary(vec![0xff]), String), None);
+        assert_eq!(
+            convert(&Value::Binary(b"ok".to_vec()), String),
+            Some(Value::String("ok".into()))
+        );
+        assert_eq!(convert(&Value::Integer(1), Boolean), None);
+    }
+}

@@ -1,0 +1,388 @@
+//! Cellar's DDL, handled before DataFusion's planner (which would create
+//! in-memory tables and knows nothing of primary keys or table options).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::sql::sqlparser::ast::{
+    AlterTableOperation, ColumnOption, CreateTableOptions, Expr as SqlExpr, ObjectName, ObjectType, SqlOption,
+    Statement, TableConstraint,
+};
+
+use super::provider::{CellarTable, df_err};
+use super::{SqlSession, StatementOutput, batches_stream};
+use crate::error::ErrorKind;
+use crate::schema::{ColumnDef, OptionsUpdate, TableOptions, TableSchema};
+use crate::types::{PkType, ValueType};
+
+fn plan_err(msg: impl Into<String>) -> DataFusionError {
+    DataFusionError::Plan(msg.into())
+}
+
+/// A table name: one identifier (optionally `cellar.public.` qualified).
+fn table_name(n: &ObjectName) -> DfResult<String> {
+    let parts: Vec<String> =
+        n.0.iter()
+            .map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_else(|| p.to_string()))
+            .collect();
+    match parts.as_slice() {
+        [t] => Ok(t.clone()),
+        [s, t] if s == super::SCHEMA => Ok(t.clone()),
+        [c, s, t] if c == super::CATALOG && s == super::SCHEMA => Ok(t.clone()),
+        _ => Err(plan_err(format!(
+            "table name '{n}' is not a Cellar table name; use a plain name such as orders"
+        ))),
+    }
+}
+
+/// The value type of a SQL type name.
+fn value_type(sql_type: &str) -> Option<ValueType> {
+    let t = sql_type.to_ascii_uppercase();
+    let base = t.split('(').next().unwrap_or("").trim();
+    Some(match base {
+        "BIGINT" | "INT" | "INTEGER" | "INT8" | "INT64" | "SMALLINT" | "TINYINT" => ValueType::Integer,
+        "DOUBLE" | "DOUBLE PRECISION" | "FLOAT" | "FLOAT8" | "FLOAT64" | "REAL" => ValueType::Double,
+        "VARCHAR" | "STRING" | "TEXT" | "CHAR" | "CHARACTER VARYING" => ValueType::String,
+        "VARBINARY" | "BYTEA" | "BINARY" | "BLOB" => ValueType::Binary,
+        "BOOLEAN" | "BOOL" => ValueType::Boolean,
+        _ => return None,
+    })
+}
+
+const ATTR_TYPES: &str = "BIGINT, DOUBLE, VARCHAR, BOOLEAN or VARBINARY";
+const PK_TYPES: &str = "BIGINT/INT/INTEGER, VARCHAR/STRING/TEXT or VARBINARY/BYTEA";
+
+/// An option value as an integer (`86400`, `-1`) or boolean.
+fn option_value(v: &SqlExpr) -> String {
+    v.to_string().trim_matches('\'').to_ascii_lowercase()
+}
+
+fn int_option(name: &str, v: &str) -> DfResult<i64> {
+    v.parse::<i64>()
+        .map_err(|_| plan_err(format!("table option {name} needs an integer, got '{v}'")))
+}
+
+/// Applies `WITH (...)` / `SET (...)` options onto an update.
+fn options_update(opts: &[SqlOption]) -> DfResult<OptionsUpdate> {
+    let mut u = OptionsUpdate::default();
+    for o in opts {
+        let SqlOption::KeyValue { key, value } = o else {
+            return Err(plan_err(format!(
+                "table option '{o}' is not of the form name = value; accepted: ttl, max_versions, max_version_offset, allow_update"
+            )));
+        };
+        let v = option_value(value);
+        match key.value.to_ascii_lowercase().as_str() {
+            "ttl" | "time_to_live" => u.ttl_secs = Some(int_option("ttl", &v)?),
+            "max_versions" => {
+                let n = int_option("max_versions", &v)?;
+                u.max_versions = Some(
+                    u32::try_from(n)
+                        .map_err(|_| plan_err(format!("max_versions must be between 1 and {}, got {n}", u32::MAX)))?,
+                );
+            }
+            "max_version_offset" | "deviation_cell_version_in_sec" => {
+                u.max_version_offset_secs = Some(int_option("max_version_offset", &v)?)
+            }
+            "allow_update" => {
+                u.allow_update = Some(match v.as_str() {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => return Err(plan_err(format!("allow_update needs true or false, got '{v}'"))),
+                })
+            }
+            other => {
+                return Err(plan_err(format!(
+                    "unknown table option '{other}'; accepted: ttl (seconds, -1 = never), max_versions, max_version_offset (seconds), allow_update"
+                )));
+            }
+        }
+    }
+    Ok(u)
+}
+
+fn done(s: &str) -> Option<StatementOutput> {
+    Some(StatementOutput::Done(s.to_string()))
+}
+
+/// Runs `stmt` when it is Cellar DDL; `None` hands it to DataFusion.
+pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult<Option<StatementOutput>> {
+    let db = &sess.db;
+    match stmt {
+        Statement::CreateTable(ct) if !ct.external => {
+            let name = table_name(&ct.name)?;
+            if ct.query.is_some() {
+                return Err(plan_err(format!(
+                    "CREATE TABLE ... AS SELECT is not supported: Cellar tables need a primary key. \
+                     Create the table first (CREATE TABLE {name} (..., PRIMARY KEY (...))), then INSERT INTO {name} SELECT ..."
+                )));
+            }
+            let mut pk_names: Vec<String> = Vec::new();
+            for c in &ct.constraints {
+                if let TableConstraint::PrimaryKey(pk) = c {
+                    for col in &pk.columns {
+                        let s = match &col.column.expr {
+                            SqlExpr::Identifier(i) => i.value.clone(),
+                            e => e.to_string(),
+                        };
+                        pk_names.push(s);
+                    }
+                }
+            }
+            for c in &ct.columns {
+                if c.options
+                    .iter()
+                    .any(|o| matches!(o.option, ColumnOption::PrimaryKey(_)))
+                {
+                    pk_names.push(c.name.value.clone());
+                }
+            }
+            if pk_names.is_empty() {
+                return Err(plan_err(format!(
+                    "CREATE TABLE {name} has no primary key; add PRIMARY KEY (col, ...) with 1 to 4 columns of type {PK_TYPES}"
+                )));
+            }
+            let mut schema = TableSchema::new(name.clone());
+            for pk in &pk_names {
+                let Some(c) = ct.columns.iter().find(|c| c.name.value == *pk) else {
+                    return Err(plan_err(format!(
+                        "primary-key column '{pk}' of table '{name}' is not among its columns"
+                    )));
+                };
+                let t = c.data_type.to_string();
+                let pk_type = match value_type(&t) {
+                    Some(ValueType::Integer) => PkType::Integer,
+                    Some(ValueType::String) => PkType::String,
+                    Some(ValueType::Binary) => PkType::Binary,
+                    _ => {
+                        return Err(plan_err(format!(
+                            "primary-key column '{pk}' has type {t}; primary keys accept {PK_TYPES}"
+                        )));
+                    }
+                };
+                schema = schema.pk(pk.clone(), pk_type);
+            }
+            for c in &ct.columns {
+                if pk_names.contains(&c.name.value) {
+                    continue;
+                }
+                let t = c.data_type.to_string();
+                let vt = value_type(&t).ok_or_else(|| {
+                    plan_err(format!(
+                        "column '{}' has type {t}; attribute columns accept {ATTR_TYPES}",
+                        c.name.value
+                    ))
+                })?;
+                schema = schema.column(c.name.value.clone(), vt);
+            }
+            let update = match &ct.table_options {
+                CreateTableOptions::None => OptionsUpdate::default(),
+                CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => {
+                    options_update(o)?
+                }
+                other => {
+                    return Err(plan_err(format!(
+                        "unsupported table options '{other}'; use WITH (ttl = ..., max_versions = ..., max_version_offset = ..., allow_update = ...)"
+                    )));
+                }
+            };
+            let options = update.apply(&TableOptions::default());
+            match db.create_table(schema, options).await {
+                Ok(()) => Ok(done("CREATE TABLE")),
+                Err(e) if e.kind() == ErrorKind::ObjectAlreadyExist && ct.if_not_exists => Ok(done("CREATE TABLE")),
+                Err(e) => Err(df_err(e)),
+            }
+        }
+        Statement::AlterTable(at) => {
+            let name = table_name(&at.name)?;
+            if db.table(&name).is_err() && at.if_exists {
+                return Ok(done("ALTER TABLE"));
+            }
+            db.table(&name).map_err(df_err)?;
+            for op in &at.operations {
+                match op {
+                    AlterTableOperation::AddColumn {
+                        column_def,
+                        if_not_exists,
+                        ..
+                    } => {
+                        let t = column_def.data_type.to_string();
+                        let vt = value_type(&t).ok_or_else(|| {
+                            plan_err(format!(
+                                "column '{}' has type {t}; attribute columns accept {ATTR_TYPES}",
+                                column_def.name.value
+                            ))
+                        })?;
+                        let c = ColumnDef {
+                            name: column_def.name.value.clone(),
+                            value_type: vt,
+                        };
+                        match db.add_column(&name, c).await {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == ErrorKind::ObjectAlreadyExist && *if_not_exists => {}
+                            Err(e) => return Err(df_err(e)),
+                        }
+                    }
+                    AlterTableOperation::SetOptionsParens { options }
+                    | AlterTableOperation::SetTblProperties {
+                        table_properties: options,
+                    } => {
+                        db.alter_table(&name, options_update(options)?).await.map_err(df_err)?;
+                    }
+                    other => {
+                        return Err(plan_err(format!(
+                            "ALTER TABLE ... {other} is not supported; accepted: ALTER TABLE t SET (ttl = ..., max_versions = ..., max_version_offset = ..., allow_update = ...) and ALTER TABLE t ADD COLUMN c TYPE"
+                        )));
+                    }
+                }
+            }
+            Ok(done("ALTER TABLE"))
+        }
+        Statement::Drop {
+            object_type: ObjectType::Table,
+            names,
+            if_exists,
+            ..
+        } => {
+            // Session tables (external tables) are DataFusion's to drop.
+            let mut cellar = Vec::new();
+            for n in names {
+                let t = table_name(n)?;
+                if db.table(&t).is_ok() {
+                    cellar.push(t);
+                } else if !*if_exists && !session_table(sess, &t) {
+                    return Err(df_err(crate::Error::new(
+                        ErrorKind::ObjectNotExist,
+                        format!("table '{t}' does not exist"),
+                    )));
+                }
+            }
+            if cellar.is_empty() {
+                return Ok(None);
+            }
+            if cellar.len() != names.len() {
+                return Err(plan_err(
+                    "DROP TABLE mixes Cellar tables with session tables; drop them in separate statements",
+                ));
+            }
+            for t in cellar {
+                db.drop_table(&t).await.map_err(df_err)?;
+            }
+            Ok(done("DROP TABLE"))
+        }
+        Statement::ShowTables { .. } => {
+            let schema = sess
+                .ctx
+                .catalog(super::CATALOG)
+                .and_then(|c| c.schema(super::SCHEMA))
+                .ok_or_else(|| plan_err("the cellar catalog is not registered"))?;
+            let names = schema.table_names();
+            let kinds: Vec<&str> = names
+                .iter()
+                .map(|n| if db.table(n).is_ok() { "cellar" } else { "session" })
+                .collect();
+            let out = Arc::new(Schema::new(vec![
+                Field::new("table_name", DataType::Utf8, false),
+                Field::new("kind", DataType::Utf8, false),
+            ]));
+            let batch = RecordBatch::try_new(
+                out.clone(),
+                vec![Arc::new(StringArray::from(names)), Arc::new(StringArray::from(kinds))],
+            )?;
+            Ok(Some(StatementOutput::Rows(batches_stream(out, vec![batch]))))
+        }
+        Statement::ExplainTable { table_name: n, .. } => {
+            let name = table_name(n)?;
+            let Ok(t) = db.table(&name) else {
+                return Ok(None);
+            };
+            Ok(Some(StatementOutput::Rows(describe(t)?)))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn session_table(sess: &SqlSession, name: &str) -> bool {
+    sess.ctx
+        .catalog(super::CATALOG)
+        .and_then(|c| c.schema(super::SCHEMA))
+        .and_then(|s| {
+            s.downcast_ref::<super::CellarSchema>()
+                .map(|s| s.is_session_table(name))
+        })
+        .unwrap_or(false)
+}
+
+fn sql_type(t: ValueType) -> &'static str {
+    match t {
+        ValueType::Integer => "BIGINT",
+        ValueType::Double => "DOUBLE",
+        ValueType::String => "VARCHAR",
+        ValueType::Binary => "VARBINARY",
+        ValueType::Boolean => "BOOLEAN",
+    }
+}
+
+/// `DESCRIBE t`: one row per key column, attribute column and option.
+fn describe(t: crate::table::Table) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
+    let mut section = Vec::new();
+    let mut name = Vec::new();
+    let mut value = Vec::new();
+    for (i, c) in t.schema().primary_key.iter().enumerate() {
+        section.push("primary key".to_string());
+        name.push(c.name.clone());
+        let ty = sql_type(crate::engine::latest::pk_value_type(c.pk_type));
+        value.push(if i == 0 {
+            format!("{ty} NOT NULL (partition key)")
+        } else {
+            format!("{ty} NOT NULL")
+        });
+    }
+    let declared = t.declared_columns();
+    let provider = CellarTable::new(t.clone());
+    for f in provider.schema_fields().iter().skip(t.schema().primary_key.len()) {
+        section.push("column".to_string());
+        name.push(f.0.clone());
+        let origin = if declared.iter().any(|d| d.name == f.0) {
+            "declared"
+        } else {
+            "discovered"
+        };
+        value.push(format!("{} ({origin})", sql_type(f.1)));
+    }
+    let o = t.options();
+    let opts = [
+        (
+            "ttl",
+            if o.ttl_secs == -1 {
+                "-1 (never expire)".to_string()
+            } else {
+                format!("{} s", o.ttl_secs)
+            },
+        ),
+        ("max_versions", o.max_versions.to_string()),
+        ("max_version_offset", format!("{} s", o.max_version_offset_secs)),
+        ("allow_update", o.allow_update.to_string()),
+    ];
+    for (k, v) in opts {
+        section.push("option".to_string());
+        name.push(k.to_string());
+        value.push(v);
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("section", DataType::Utf8, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("value", DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(section)),
+            Arc::new(StringArray::from(name)),
+            Arc::new(StringArray::from(value)),
+        ],
+    )?;
+    Ok(batches_stream(schema, vec![batch]))
+}

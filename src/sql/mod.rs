@@ -1,0 +1,299 @@
+//! SQL over Cellar tables, on Apache DataFusion.
+//!
+//! - [`session_context`] gives a `SessionContext` whose default catalog is
+//!   the database: every table is a SQL table (new ones appear without
+//!   registering anything), plus the table functions `cellar_versions` and
+//!   `cellar_as_of`.
+//! - [`register_table`] adds one Cellar table to a context you already have.
+//! - [`SqlSession`] runs statements, including the DDL DataFusion's planner
+//!   does not know (`CREATE TABLE ... PRIMARY KEY ... WITH (ttl = ...)`,
+//!   `ALTER TABLE ... SET (...)` / `ADD COLUMN`, `DROP TABLE`, `SHOW
+//!   TABLES`, `DESCRIBE`), parsed before DataFusion sees them.
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let db = cellar::Database::open(dir.path()).await.unwrap();
+//! let sql = cellar::sql::SqlSession::new(db);
+//! sql.execute("CREATE TABLE t (k BIGINT, v DOUBLE, PRIMARY KEY (k))").await.unwrap();
+//! sql.execute("INSERT INTO t VALUES (1, 2.5), (2, 4.0)").await.unwrap();
+//! let rows = sql.query("SELECT sum(v) AS s FROM t").await.unwrap();
+//! assert_eq!(datafusion::arrow::util::pretty::pretty_format_batches(&rows).unwrap().to_string().lines().nth(3), Some("| 6.5 |"));
+//! # });
+//! ```
+
+mod catalog;
+mod ddl;
+mod provider;
+pub(crate) mod pushdown;
+mod versions;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use futures::TryStreamExt;
+
+pub use catalog::{CellarCatalog, CellarSchema};
+pub use provider::{CellarScanExec, CellarTable, InsertProgress};
+
+use crate::db::Database;
+
+/// The catalog and schema Cellar tables live in.
+pub const CATALOG: &str = "cellar";
+pub const SCHEMA: &str = "public";
+
+/// A DataFusion config for Cellar sessions: Cellar's catalog as the
+/// default and `information_schema` on.
+pub fn session_config() -> SessionConfig {
+    SessionConfig::new()
+        .with_default_catalog_and_schema(CATALOG, SCHEMA)
+        .with_create_default_catalog_and_schema(false)
+        .with_information_schema(true)
+}
+
+/// A `SessionContext` over the database with this config: every table of
+/// the database is a SQL table, files can be queried by path
+/// (`SELECT * FROM 'data.parquet'`), and the table functions
+/// `cellar_versions` and `cellar_as_of` are registered.
+pub fn session_context_with(db: &Database, config: SessionConfig) -> SessionContext {
+    let ctx = SessionContext::new_with_config(config).enable_url_table();
+    ctx.register_catalog(CATALOG, Arc::new(CellarCatalog::new(db.clone())));
+    versions::register(&ctx, db);
+    ctx
+}
+
+/// [`session_context_with`] and [`session_config`].
+pub fn session_context(db: &Database) -> SessionContext {
+    session_context_with(db, session_config())
+}
+
+/// Registers one Cellar table in a context of your own under `as_name`.
+/// Its column list is the one known now (declared and discovered columns).
+pub fn register_table(ctx: &SessionContext, db: &Database, table: &str, as_name: &str) -> crate::Result<()> {
+    let t = db.table(table)?;
+    ctx.register_table(as_name, Arc::new(CellarTable::new(t)))
+        .map_err(|e| crate::Error::param(e.to_string()))?;
+    Ok(())
+}
+
+/// What one statement produced.
+pub enum StatementOutput {
+    /// A result set (SELECT, SHOW, DESCRIBE, EXPLAIN, DML row counts).
+    Rows(SendableRecordBatchStream),
+    /// A statement without a result set (CREATE, ALTER, DROP, SET ...),
+    /// with a short confirmation such as "CREATE TABLE".
+    Done(String),
+}
+
+/// Runs SQL statements against a database.
+pub struct SqlSession {
+    db: Database,
+    ctx: SessionContext,
+}
+
+impl SqlSession {
+    pub fn new(db: Database) -> Self {
+        let ctx = session_context(&db);
+        SqlSession { db, ctx }
+    }
+
+    pub fn with_context(db: Database, ctx: SessionContext) -> Self {
+        SqlSession { db, ctx }
+    }
+
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Runs one statement (a trailing `;` is allowed). Writes (INSERT,
+    /// UPDATE, DELETE, COPY) and DDL have taken effect when this returns;
+    /// a query's rows stream as the returned stream is read.
+    pub async fn execute(&self, sql: &str) -> DfResult<StatementOutput> {
+        let mut stmts = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?;
+        if stmts.len() != 1 {
+            return Err(DataFusionError::Plan(format!(
+                "expected one SQL statement, found {}; split the text with split_statements",
+                stmts.len()
+            )));
+        }
+        let stmt = stmts.pop_front().expect("one statement");
+        if let DfStatement::Statement(s) = &stmt
+            && let Some(out) = ddl::try_execute(self, s).await?
+        {
+            return Ok(out);
+        }
+        let state = self.ctx.state();
+        let plan = state.statement_to_plan(stmt).await?;
+        let is_ddl = matches!(
+            plan,
+            datafusion::logical_expr::LogicalPlan::Ddl(_) | datafusion::logical_expr::LogicalPlan::Statement(_)
+        );
+        // Writes (INSERT, UPDATE, DELETE, COPY) run to the end here, so
+        // that a caller that drops the output still gets the effect.
+        let is_write = matches!(
+            plan,
+            datafusion::logical_expr::LogicalPlan::Dml(_) | datafusion::logical_expr::LogicalPlan::Copy(_)
+        );
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        if is_ddl {
+            df.collect().await?;
+            return Ok(StatementOutput::Done("OK".into()));
+        }
+        if is_write {
+            let schema = Arc::new(df.schema().as_arrow().clone());
+            let batches = df.collect().await?;
+            return Ok(StatementOutput::Rows(batches_stream(schema, batches)));
+        }
+        Ok(StatementOutput::Rows(df.execute_stream().await?))
+    }
+
+    /// Runs one statement and collects its rows (empty for DDL).
+    pub async fn query(&self, sql: &str) -> DfResult<Vec<RecordBatch>> {
+        match self.execute(sql).await? {
+            StatementOutput::Rows(s) => s.try_collect().await,
+            StatementOutput::Done(_) => Ok(Vec::new()),
+        }
+    }
+}
+
+/// Wraps collected batches as a stream.
+pub(crate) fn batches_stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> SendableRecordBatchStream {
+    Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        futures::stream::iter(batches.into_iter().map(Ok)),
+    ))
+}
+
+/// Splits a script into statements at top-level `;` (outside quotes and
+/// comments). Empty statements are dropped.
+pub fn split_statements(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' | '`' => {
+                cur.push(c);
+                while let Some(d) = chars.next() {
+                    cur.push(d);
+                    if d == c {
+                        // A doubled quote is an escaped quote.
+                        if chars.peek() == Some(&c) {
+                            cur.push(c);
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        cur.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut prev = ' ';
+                for d in chars.by_ref() {
+                    if prev == '*' && d == '/' {
+                        break;
+                    }
+                    prev = d;
+                }
+                cur.push(' ');
+            }
+            ';' => {
+                if !cur.trim().is_empty() {
+                    out.push(cur.trim().to_string());
+                }
+                cur.clear();
+            }
+            _ => cur.push(c),
+        }
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+/// True when `text` holds an unfinished statement (no top-level `;` at the
+/// end, or an open quote or comment): the REPL keeps reading lines.
+pub fn is_incomplete(text: &str) -> bool {
+    let t = text.trim_end();
+    if t.is_empty() {
+        return false;
+    }
+    // Re-split with a sentinel: a complete text ends with ';' outside quotes.
+    let mut in_quote: Option<char> = None;
+    let mut in_block = false;
+    let mut last_sig = ' ';
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_block {
+            if c == '*' && chars.peek() == Some(&'/') {
+                chars.next();
+                in_block = false;
+            }
+            continue;
+        }
+        if let Some(q) = in_quote {
+            if c == q {
+                in_quote = None;
+            }
+            last_sig = c;
+            continue;
+        }
+        match c {
+            '\'' | '"' | '`' => in_quote = Some(c),
+            '-' if chars.peek() == Some(&'-') => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        break;
+                    }
+                }
+                continue;
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                in_block = true;
+                continue;
+            }
+            _ => {}
+        }
+        if !c.is_whitespace() {
+            last_sig = c;
+        }
+    }
+    in_quote.is_some() || in_block || last_sig != ';'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_split_outside_quotes_and_comments() {
+        let s = split_statements("select ';' as a; -- c; x\nselect \"a;b\" from t /* ; */ ;;\n select 1");
+        assert_eq!(s, vec!["select ';' as a", "select \"a;b\" from t", "select 1"]);
+        assert!(is_incomplete("select 1"));
+        assert!(is_incomplete("select ';"));
+        assert!(!is_incomplete("select 1; -- done"));
+        assert!(!is_incomplete("select 'it''s';"));
+    }
+}
