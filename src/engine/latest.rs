@@ -246,6 +246,14 @@ impl RowsBuilder {
     }
 }
 
+/// Decides which row groups of a segment can hold rows a query wants, from
+/// their statistics (the SQL layer implements it with the query's
+/// non-key predicates). Must be conservative: `false` only when no row of
+/// the group can match.
+pub(crate) trait RowGroupFilter: Send + Sync {
+    fn keep(&self, seg: &Segment, md: &parquet::file::metadata::ParquetMetaData, groups: &[usize]) -> Vec<bool>;
+}
+
 /// A key range to scan; `point` when it is exactly one full key.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ScanRange {
@@ -350,6 +358,7 @@ pub(crate) struct LatestScan {
     pieces: VecDeque<Piece>,
     current: Option<Current>,
     remaining: usize,
+    filter: Option<Arc<dyn RowGroupFilter>>,
 }
 
 enum Current {
@@ -366,6 +375,7 @@ impl LatestScan {
         cols: Arc<[OutCol]>,
         schema: SchemaRef,
         limit: Option<usize>,
+        filter: Option<Arc<dyn RowGroupFilter>>,
     ) -> Self {
         let pieces = plan_pieces(&snap, ranges).into();
         LatestScan {
@@ -377,6 +387,7 @@ impl LatestScan {
             pieces,
             current: None,
             remaining: limit.unwrap_or(usize::MAX),
+            filter,
         }
     }
 
@@ -398,8 +409,16 @@ impl LatestScan {
                             continue;
                         }
                         Piece::Single { seg, range } => {
-                            let r = SingleReader::open(&self.table, &self.snap, self.now_ms, &self.cols, seg, range)
-                                .await?;
+                            let r = SingleReader::open(
+                                &self.table,
+                                &self.snap,
+                                self.now_ms,
+                                &self.cols,
+                                seg,
+                                range,
+                                self.filter.as_deref(),
+                            )
+                            .await?;
                             self.current = Some(Current::Single(Box::new(r)));
                             continue;
                         }
@@ -488,6 +507,9 @@ struct SingleReader {
     check_keys: bool,
     has_max_ts: bool,
     has_ranks: bool,
+    /// Every rank-0 row is a live row (no TTL, no dead keys): no
+    /// visibility columns to read.
+    all_live: bool,
     /// Memtable states of keys in the piece, in key order.
     mem: VecDeque<(Vec<u8>, RowState)>,
 }
@@ -500,6 +522,7 @@ impl SingleReader {
         cols: &Arc<[OutCol]>,
         seg: Arc<Segment>,
         range: KeyRange,
+        filter: Option<&dyn RowGroupFilter>,
     ) -> Result<Self> {
         let mem_snap = Snapshot {
             seq: snap.seq,
@@ -512,12 +535,30 @@ impl SingleReader {
         while let Some(kv) = ms.next().await? {
             mem.push_back(kv);
         }
-        let spans: Vec<RowSpan> = seg.row_spans(&range).await?;
+        let mut spans: Vec<RowSpan> = seg.row_spans(&range).await?;
+        if let Some(f) = filter
+            && !spans.is_empty()
+        {
+            // Row groups the predicates rule out, unless a memtable key
+            // falls into them (its merged row must still be produced).
+            let md = seg.reader_metadata().await?.metadata().clone();
+            let groups: Vec<usize> = spans.iter().map(|s| s.row_group).collect();
+            let keep = f.keep(&seg, &md, &groups);
+            let mut i = 0;
+            spans.retain(|s| {
+                let k = keep.get(i).copied().unwrap_or(true);
+                i += 1;
+                k || seg
+                    .row_group_key_range(&md, s.row_group)
+                    .is_none_or(|(lo, hi)| mem.iter().any(|(key, _)| key.as_slice() >= lo && key.as_slice() <= hi))
+            });
+        }
         let check_keys = spans.iter().any(|s| !s.inside);
         let paths = seg.leaf_paths().await?;
         let has_max_ts = paths.iter().any(|p| p.len() == 1 && p[0] == format::MAX_TS);
         let has_ranks = seg.meta.num_rows > seg.meta.num_keys;
         let ttl = snap.options.ttl_cutoff_ms(now_ms) > i64::MIN;
+        let all_live = !ttl && has_max_ts && seg.meta.dead_keys == Some(0);
         let need_pk = check_keys || !mem.is_empty();
         let mut leaves = Vec::new();
         for (i, p) in paths.iter().enumerate() {
@@ -525,8 +566,7 @@ impl SingleReader {
             let want = match top {
                 format::PK => need_pk,
                 format::RANK => has_ranks,
-                format::ROW => true,
-                format::MAX_TS => true,
+                format::ROW | format::MAX_TS => !all_live,
                 format::ROW_TS => !has_max_ts,
                 format::SEQ | format::TOMB => false,
                 _ if p.len() == 1 => cols
@@ -562,6 +602,7 @@ impl SingleReader {
             check_keys,
             has_max_ts,
             has_ranks,
+            all_live,
             mem,
         })
     }
@@ -620,12 +661,15 @@ impl SingleReader {
         let n = batch.num_rows();
         let cutoff = snap.options.ttl_cutoff_ms(now_ms);
         // Which rows are visible rows of this segment.
-        let mut keep = {
+        let mut keep = if self.all_live {
+            BooleanArray::from(vec![true; n])
+        } else {
             let row = batch
                 .column_by_name(format::ROW)
                 .and_then(|a| a.as_primitive_opt::<UInt8Type>())
                 .ok_or_else(|| corrupt("no __row column"))?;
-            cmp::neq(row, &arrow::array::UInt8Array::new_scalar(ROW_DELETED))?
+            let live = cmp::neq(row, &arrow::array::UInt8Array::new_scalar(ROW_DELETED))?;
+            and(&live, &self.exists(batch, cutoff)?)?
         };
         if self.has_ranks {
             let rank = batch
@@ -634,7 +678,6 @@ impl SingleReader {
                 .ok_or_else(|| corrupt("no __rank column"))?;
             keep = and(&keep, &cmp::eq(rank, &arrow::array::UInt16Array::new_scalar(0))?)?;
         }
-        keep = and(&keep, &self.exists(batch, cutoff)?)?;
         let pk = batch.column_by_name(format::PK).map(|a| a.as_binary::<i32>());
         if self.check_keys {
             let pk = pk.ok_or_else(|| corrupt("no __pk column"))?;

@@ -45,6 +45,11 @@ pub(crate) struct SegmentMeta {
     /// type most of its values have. Empty for segments written before it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub value_counts: Vec<[u64; 5]>,
+    /// Keys that are not a live row in this segment on their own (deleted,
+    /// or holding only tombstones). `Some(0)` lets a scan without a TTL skip
+    /// reading `__row` and `__max_ts`. `None` for older segments.
+    #[serde(default)]
+    pub dead_keys: Option<u64>,
 }
 
 impl SegmentMeta {

@@ -148,6 +148,11 @@ impl Segment {
             .collect())
     }
 
+    /// A row group's smallest and largest key, from its statistics.
+    pub fn row_group_key_range<'m>(&self, md: &'m ParquetMetaData, rg: usize) -> Option<(&'m [u8], &'m [u8])> {
+        pk_bounds(md.row_group(rg).column(0).statistics())
+    }
+
     /// Leaf column indices by path (`["amount", "d"]`, `["__pk"]`).
     pub async fn leaf_paths(&self) -> Result<Vec<Vec<String>>> {
         let meta = self.reader_metadata().await?;

@@ -130,6 +130,7 @@ impl<'a> SegmentBuilder<'a> {
             max_seq: seq_range.1,
             columns: self.columns,
             value_counts: self.batch.attrs.iter().map(|a| a.counts).collect(),
+            dead_keys: Some(self.batch.dead_keys),
         };
         Ok((bytes, meta))
     }
@@ -305,6 +306,8 @@ impl AttrBuilder {
 
 struct BatchBuilder {
     rows: usize,
+    /// Keys written so far that are not a live row on their own.
+    dead_keys: u64,
     pk: BinaryBuilder,
     pk_cols: Vec<PkBuilder>,
     seq: UInt64Builder,
@@ -321,6 +324,7 @@ impl BatchBuilder {
     fn new(table: &TableSchema, columns: &[(String, TypeSet)]) -> Self {
         BatchBuilder {
             rows: 0,
+            dead_keys: 0,
             pk: BinaryBuilder::new(),
             pk_cols: table
                 .primary_key
@@ -366,6 +370,9 @@ impl BatchBuilder {
             .filter_map(|c| c.versions.first().map(|(v, _)| *v))
             .chain(st.row_ts)
             .max();
+        if kind == ROW_DELETED || max_ts.is_none() {
+            self.dead_keys += 1;
+        }
         for rank in 0..ranks {
             self.pk.append_value(key);
             for (b, (_, v)) in self.pk_cols.iter_mut().zip(&pk.columns) {

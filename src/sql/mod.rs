@@ -25,6 +25,7 @@
 mod catalog;
 mod ddl;
 mod provider;
+mod prune;
 pub(crate) mod pushdown;
 mod versions;
 

@@ -25,15 +25,17 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 
+use super::prune::StatsPruner;
 use super::pushdown::{self, KeyPlan};
 use crate::api::{DeleteRow, PutRow, RowWrite, UpdateRow};
-use crate::engine::latest::{LatestScan, OutCol, ScanRange, arrow_type, pk_value_type};
+use crate::engine::latest::{LatestScan, OutCol, RowGroupFilter, ScanRange, arrow_type, pk_value_type};
 use crate::engine::table::Snapshot;
 use crate::error::Error;
 use crate::key::KeyRange;
 use crate::schema::MAX_BATCH_WRITE_ROWS;
 use crate::table::Table;
 use crate::types::{PkValue, PrimaryKey, Value, ValueType};
+use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 
 /// Converts an engine error for DataFusion.
 pub(crate) fn df_err(e: Error) -> DataFusionError {
@@ -128,6 +130,21 @@ impl CellarTable {
 
     pub(crate) fn out_cols(&self) -> &[OutCol] {
         &self.cols
+    }
+
+    /// Row-group pruning from predicates the key ranges do not cover.
+    fn pruner(&self, state: &dyn Session, filters: &[Expr]) -> Option<(Arc<dyn RowGroupFilter>, String)> {
+        let expr = filters.iter().cloned().reduce(|a, b| a.and(b))?;
+        let df_schema = DFSchema::try_from(self.schema.clone()).ok()?;
+        let physical = state.create_physical_expr(expr.clone(), &df_schema).ok()?;
+        let predicate = PruningPredicateBuilder::new()
+            .with_file_schema(self.schema.clone())
+            .build(physical)?;
+        let pruner = StatsPruner {
+            predicate,
+            columns: super::prune::column_types(&self.table, &self.cols),
+        };
+        Some((Arc::new(pruner), expr.to_string()))
     }
 
     fn key_plan(&self, filters: &[Expr]) -> KeyPlan {
@@ -264,8 +281,20 @@ impl TableProvider for CellarTable {
         let plan = self.key_plan(filters);
         // A LIMIT reaches the scan only when every filter is exact.
         let limit = if plan.exact.iter().all(|e| *e) { limit } else { None };
+        let inexact: Vec<Expr> = filters
+            .iter()
+            .zip(&plan.exact)
+            .filter(|(_, e)| !**e)
+            .map(|(f, _)| f.clone())
+            .collect();
+        let pruner = self.pruner(state, &inexact);
         let n = state.config().target_partitions();
-        Ok(Arc::new(self.scan_plan(projection, plan, limit, n).await?))
+        let mut exec = self.scan_plan(projection, plan, limit, n).await?;
+        if let Some((p, text)) = pruner {
+            exec.filter = Some(p);
+            exec.pruning = text;
+        }
+        Ok(Arc::new(exec))
     }
 
     async fn insert_into(
@@ -544,7 +573,16 @@ pub struct CellarScanExec {
     schema: SchemaRef,
     limit: Option<usize>,
     keys: String,
+    /// Row-group pruning by non-key predicates, and its text for EXPLAIN.
+    filter: Option<Arc<dyn RowGroupFilter>>,
+    pruning: String,
     props: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for dyn RowGroupFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RowGroupFilter")
+    }
 }
 
 impl fmt::Debug for Snapshot {
@@ -595,6 +633,8 @@ impl CellarScanExec {
             schema,
             limit,
             keys,
+            filter: None,
+            pruning: String::new(),
             props: Arc::new(props),
         }
     }
@@ -609,6 +649,7 @@ impl CellarScanExec {
             self.cols.clone(),
             self.schema.clone(),
             self.limit,
+            self.filter.clone(),
         );
         let s = futures::stream::unfold(scan, |mut scan| async move {
             match scan.next_batch().await {
@@ -633,6 +674,9 @@ impl DisplayAs for CellarScanExec {
         )?;
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
+        }
+        if !self.pruning.is_empty() {
+            write!(f, ", row_group_pruning=[{}]", self.pruning)?;
         }
         Ok(())
     }

@@ -1,0 +1,175 @@
+//! Row-group pruning with the query's non-key predicates: DataFusion's
+//! `PruningPredicate` over the Parquet statistics of the wide layout's
+//! columns (the typed PK columns, and an attribute's value child when the
+//! segment holds only the column's SQL type).
+//!
+//! Conservative by construction: statistics are offered only where every
+//! value of the column in the row group is in that child (mixed-type
+//! columns, inexact string bounds and binaries are "unknown"), and values
+//! only ever turn to NULL on read (TTL), which no comparison matches.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray};
+use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::{Column, ScalarValue};
+use datafusion::physical_optimizer::pruning::PruningPredicate;
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::statistics::Statistics;
+
+use crate::engine::latest::{OutCol, RowGroupFilter, pk_value_type};
+use crate::segment::Segment;
+use crate::segment::format::{TypeSet, VALUE_CHILDREN};
+use crate::types::ValueType;
+
+pub(crate) struct StatsPruner {
+    pub predicate: Arc<PruningPredicate>,
+    /// Every table column with its SQL type.
+    pub columns: Vec<(String, OutCol, ValueType)>,
+}
+
+struct SegStats<'a> {
+    md: &'a ParquetMetaData,
+    groups: &'a [usize],
+    leaves: HashMap<&'a str, (usize, ValueType)>,
+}
+
+impl SegStats<'_> {
+    fn values(&self, column: &Column, min: bool) -> Option<ArrayRef> {
+        let (leaf, ty) = *self.leaves.get(column.name.as_str())?;
+        let stats = self
+            .groups
+            .iter()
+            .map(|rg| self.md.row_group(*rg).column(leaf).statistics());
+        Some(match ty {
+            ValueType::Integer => Arc::new(
+                stats
+                    .map(|s| match s {
+                        Some(Statistics::Int64(s)) => {
+                            if min {
+                                s.min_opt().copied()
+                            } else {
+                                s.max_opt().copied()
+                            }
+                        }
+                        _ => None,
+                    })
+                    .collect::<Int64Array>(),
+            ),
+            ValueType::Double => Arc::new(
+                stats
+                    .map(|s| match s {
+                        Some(Statistics::Double(s)) => {
+                            let v = if min { s.min_opt() } else { s.max_opt() };
+                            v.copied().filter(|v| !v.is_nan())
+                        }
+                        _ => None,
+                    })
+                    .collect::<Float64Array>(),
+            ),
+            ValueType::String => Arc::new(
+                stats
+                    .map(|s| match s {
+                        Some(Statistics::ByteArray(s)) => {
+                            let (v, exact) = if min {
+                                (s.min_opt(), s.min_is_exact())
+                            } else {
+                                (s.max_opt(), s.max_is_exact())
+                            };
+                            v.filter(|_| exact)
+                                .and_then(|v| std::str::from_utf8(v.data()).ok().map(str::to_string))
+                        }
+                        _ => None,
+                    })
+                    .collect::<StringArray>(),
+            ),
+            ValueType::Boolean => Arc::new(
+                stats
+                    .map(|s| match s {
+                        Some(Statistics::Boolean(s)) => {
+                            if min {
+                                s.min_opt().copied()
+                            } else {
+                                s.max_opt().copied()
+                            }
+                        }
+                        _ => None,
+                    })
+                    .collect::<BooleanArray>(),
+            ),
+            ValueType::Binary => return None,
+        })
+    }
+}
+
+impl PruningStatistics for SegStats<'_> {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.values(column, true)
+    }
+
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.values(column, false)
+    }
+
+    fn num_containers(&self) -> usize {
+        self.groups.len()
+    }
+
+    fn null_counts(&self, _column: &Column) -> Option<ArrayRef> {
+        None
+    }
+
+    fn row_counts(&self) -> Option<ArrayRef> {
+        None
+    }
+
+    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
+        None
+    }
+}
+
+fn child_bit(t: ValueType) -> u8 {
+    VALUE_CHILDREN[t.index()].0
+}
+
+impl RowGroupFilter for StatsPruner {
+    fn keep(&self, seg: &Segment, md: &ParquetMetaData, groups: &[usize]) -> Vec<bool> {
+        let descr = md.file_metadata().schema_descr();
+        let mut leaves = HashMap::new();
+        for (name, col, ty) in &self.columns {
+            let path: Vec<String> = match col {
+                OutCol::Pk(_) => vec![name.clone()],
+                OutCol::Attr { .. } => {
+                    let types: Option<TypeSet> = seg.meta.columns.iter().find(|(n, _)| n == name).map(|(_, t)| *t);
+                    match types {
+                        Some(t) if t.0 == child_bit(*ty) => {
+                            vec![name.clone(), VALUE_CHILDREN[ty.index()].1.to_string()]
+                        }
+                        _ => continue,
+                    }
+                }
+            };
+            if let Some(leaf) = (0..descr.num_columns()).find(|i| descr.column(*i).path().parts() == path.as_slice()) {
+                leaves.insert(name.as_str(), (leaf, *ty));
+            }
+        }
+        let stats = SegStats { md, groups, leaves };
+        self.predicate
+            .prune(&stats)
+            .unwrap_or_else(|_| vec![true; groups.len()])
+    }
+}
+
+/// The SQL type of each output column of a table.
+pub(crate) fn column_types(table: &crate::table::Table, cols: &[OutCol]) -> Vec<(String, OutCol, ValueType)> {
+    cols.iter()
+        .map(|c| match c {
+            OutCol::Pk(i) => {
+                let p = &table.schema().primary_key[*i];
+                (p.name.clone(), c.clone(), pk_value_type(p.pk_type))
+            }
+            OutCol::Attr { name, ty } => (name.clone(), c.clone(), *ty),
+        })
+        .collect()
+}
