@@ -366,28 +366,34 @@ enum Current {
     Merge(MergeScan),
 }
 
+/// What a scan returns: its columns, their Arrow schema, a row limit and
+/// an optional row-group filter.
+pub(crate) struct ScanOutput {
+    pub cols: Arc<[OutCol]>,
+    pub schema: SchemaRef,
+    pub limit: Option<usize>,
+    pub filter: Option<Arc<dyn RowGroupFilter>>,
+}
+
 impl LatestScan {
     pub fn new(
         table: Arc<TableInner>,
         snap: Arc<Snapshot>,
         now_ms: i64,
         ranges: &[ScanRange],
-        cols: Arc<[OutCol]>,
-        schema: SchemaRef,
-        limit: Option<usize>,
-        filter: Option<Arc<dyn RowGroupFilter>>,
+        out: ScanOutput,
     ) -> Self {
         let pieces = plan_pieces(&snap, ranges).into();
         LatestScan {
             table,
             snap,
             now_ms,
-            cols,
-            schema,
+            cols: out.cols,
+            schema: out.schema,
             pieces,
             current: None,
-            remaining: limit.unwrap_or(usize::MAX),
-            filter,
+            remaining: out.limit.unwrap_or(usize::MAX),
+            filter: out.filter,
         }
     }
 

@@ -28,7 +28,7 @@ use futures::stream::FuturesOrdered;
 use super::prune::StatsPruner;
 use super::pushdown::{self, KeyPlan};
 use crate::api::{DeleteRow, PutRow, RowWrite, UpdateRow};
-use crate::engine::latest::{LatestScan, OutCol, RowGroupFilter, ScanRange, arrow_type, pk_value_type};
+use crate::engine::latest::{LatestScan, OutCol, RowGroupFilter, ScanOutput, ScanRange, arrow_type, pk_value_type};
 use crate::engine::table::Snapshot;
 use crate::error::Error;
 use crate::key::KeyRange;
@@ -646,10 +646,12 @@ impl CellarScanExec {
             self.snap.clone(),
             self.now_ms,
             &ranges,
-            self.cols.clone(),
-            self.schema.clone(),
-            self.limit,
-            self.filter.clone(),
+            ScanOutput {
+                cols: self.cols.clone(),
+                schema: self.schema.clone(),
+                limit: self.limit,
+                filter: self.filter.clone(),
+            },
         );
         let s = futures::stream::unfold(scan, |mut scan| async move {
             match scan.next_batch().await {
