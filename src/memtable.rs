@@ -191,6 +191,32 @@ impl Memtable {
         Ok(())
     }
 
+    /// True when some key lies in `[lo, hi]` (inclusive; any sequence).
+    pub fn has_key_between(&self, lo: &[u8], hi: &[u8]) -> bool {
+        if lo > hi {
+            return false;
+        }
+        let map = self.map.read();
+        map.range::<[u8], _>((Bound::Included(lo), Bound::Included(hi)))
+            .next()
+            .is_some()
+    }
+
+    /// True when some key lies in `range` (any sequence).
+    pub fn has_key_in(&self, range: &KeyRange) -> bool {
+        if range.is_empty() {
+            return false;
+        }
+        let map = self.map.read();
+        let hi = match &range.hi {
+            Some(h) => Bound::Excluded(h.as_slice()),
+            None => Bound::Unbounded,
+        };
+        map.range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
+            .next()
+            .is_some()
+    }
+
     pub fn key_count(&self) -> usize {
         self.map.read().len()
     }

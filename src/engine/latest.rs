@@ -517,7 +517,36 @@ struct SingleReader {
     /// visibility columns to read.
     all_live: bool,
     /// Memtable states of keys in the piece, in key order.
-    mem: VecDeque<(Vec<u8>, RowState)>,
+    mem: MemFeed,
+}
+
+/// The merged memtable states of a piece, read in key order a chunk at a
+/// time (a scan never copies a whole memtable).
+struct MemFeed {
+    scan: Option<MergeScan>,
+    buf: VecDeque<(Vec<u8>, RowState)>,
+}
+
+const MEM_FEED_KEYS: usize = 1024;
+
+impl MemFeed {
+    /// Makes `buf` non-empty unless the memtables have no more keys.
+    async fn fill(&mut self) -> Result<()> {
+        if !self.buf.is_empty() {
+            return Ok(());
+        }
+        let Some(scan) = self.scan.as_mut() else { return Ok(()) };
+        while self.buf.len() < MEM_FEED_KEYS {
+            match scan.next().await? {
+                Some(kv) => self.buf.push_back(kv),
+                None => {
+                    self.scan = None;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl SingleReader {
@@ -536,11 +565,11 @@ impl SingleReader {
             segments: Arc::new(Vec::new()),
             options: snap.options,
         };
-        let mut mem = VecDeque::new();
-        let mut ms = MergeScan::new(&mem_snap, range.clone(), false, None);
-        while let Some(kv) = ms.next().await? {
-            mem.push_back(kv);
-        }
+        let has_mem = snap.memtables.iter().any(|m| m.has_key_in(&range));
+        let mem = MemFeed {
+            scan: has_mem.then(|| MergeScan::new(&mem_snap, range.clone(), false, None)),
+            buf: VecDeque::new(),
+        };
         let mut spans: Vec<RowSpan> = seg.row_spans(&range).await?;
         if let Some(f) = filter
             && !spans.is_empty()
@@ -556,7 +585,7 @@ impl SingleReader {
                 i += 1;
                 k || seg
                     .row_group_key_range(&md, s.row_group)
-                    .is_none_or(|(lo, hi)| mem.iter().any(|(key, _)| key.as_slice() >= lo && key.as_slice() <= hi))
+                    .is_none_or(|(lo, hi)| snap.memtables.iter().any(|m| m.has_key_between(lo, hi)))
             });
         }
         let check_keys = spans.iter().any(|s| !s.inside);
@@ -565,7 +594,7 @@ impl SingleReader {
         let has_ranks = seg.meta.num_rows > seg.meta.num_keys;
         let ttl = snap.options.ttl_cutoff_ms(now_ms) > i64::MIN;
         let all_live = !ttl && has_max_ts && seg.meta.dead_keys == Some(0);
-        let need_pk = check_keys || !mem.is_empty();
+        let need_pk = check_keys || has_mem;
         let mut leaves = Vec::new();
         for (i, p) in paths.iter().enumerate() {
             let top = p[0].as_str();
@@ -636,16 +665,20 @@ impl SingleReader {
                 }
                 None => {
                     self.stream = None;
-                    if self.mem.is_empty() {
-                        return Ok(None);
-                    }
                     // Memtable keys past the segment's last row.
                     let mut rows = RowsBuilder::new(table, cols);
                     let read = ReadOptions::default();
-                    while let Some((key, st)) = self.mem.pop_front() {
+                    while rows.rows < BATCH_ROWS {
+                        self.mem.fill().await?;
+                        let Some((key, st)) = self.mem.buf.pop_front() else {
+                            break;
+                        };
                         if let Some(cells) = visible_cells(&st, now_ms, &snap.options, &read) {
                             rows.push(table, &key, &cells)?;
                         }
+                    }
+                    if rows.rows == 0 {
+                        return Ok(None);
                     }
                     return Ok(Some(rows.finish(schema)?));
                 }
@@ -696,21 +729,26 @@ impl SingleReader {
         // Memtable keys within this batch's keys (or before them).
         let mut order: Option<Vec<(usize, usize)>> = None;
         let mut patch = RowsBuilder::new(table, cols);
-        if let (Some(pk), Some((front, _))) = (pk, self.mem.front())
+        if pk.is_some() {
+            self.mem.fill().await?;
+        }
+        if let (Some(pk), Some((front, _))) = (pk, self.mem.buf.front())
             && n > 0
             && front.as_slice() <= pk.value(n - 1)
         {
             let read = ReadOptions::default();
             let mut keep_v: Vec<bool> = (0..n).map(|i| keep.value(i) && keep.is_valid(i)).collect();
-            let mut ord = Vec::with_capacity(n + self.mem.len().min(n));
+            let mut ord = Vec::with_capacity(n + self.mem.buf.len().min(n));
             let mut pass = 0;
             for (r, keep_r) in keep_v.iter_mut().enumerate() {
                 let key = pk.value(r);
-                while let Some((k, _)) = self.mem.front() {
-                    if k.as_slice() > key {
-                        break;
+                loop {
+                    self.mem.fill().await?;
+                    match self.mem.buf.front() {
+                        Some((k, _)) if k.as_slice() <= key => {}
+                        _ => break,
                     }
-                    let Some((k, st)) = self.mem.pop_front() else { break };
+                    let Some((k, st)) = self.mem.buf.pop_front() else { break };
                     let merged = if k.as_slice() < key {
                         // Not in the segment (no older source has it).
                         st

@@ -177,6 +177,23 @@ async fn sql_matches_the_row_api_on_random_data() {
                 .collect();
             assert_eq!(got, api_rows(&want, &cols), "seed {seed}: {sql}");
         }
+        // A short TTL expires part of every source: SQL and GetRange agree.
+        db.alter_table(
+            "t",
+            OptionsUpdate {
+                ttl_secs: Some(5),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        clock.set(T0 + 5300);
+        let all = scan_all(&t, GetRange::new()).await;
+        assert!(!all.is_empty());
+        let got = text_rows(&rows(&sess, "SELECT card, \"order\", x, y, z FROM t ORDER BY card, \"order\"").await);
+        assert_eq!(got, api_rows(&all, &cols), "seed {seed}: full scan after TTL");
+        let n = rows(&sess, "SELECT count(*) AS n FROM t").await;
+        assert_eq!(n[0].column(0).as_primitive::<Int64Type>().value(0) as usize, all.len());
         drop(sess);
         db.close().await.unwrap();
     }
