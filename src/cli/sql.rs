@@ -28,12 +28,18 @@ pub enum Format {
     Ndjson,
 }
 
-type Bar = Arc<Mutex<Option<indicatif::ProgressBar>>>;
+/// The progress line of the running INSERT and when it started: it shows
+/// only once the INSERT has run for a second (short ones print nothing).
+type Bar = Arc<Mutex<Option<(indicatif::ProgressBar, Instant)>>>;
 
 fn session(db: &Database, bar: &Bar) -> SqlSession {
     let b = bar.clone();
     let progress = InsertProgress(Box::new(move |n| {
-        if let Some(p) = b.lock().as_ref() {
+        if let Some((p, started)) = b.lock().as_ref() {
+            if p.is_hidden() && started.elapsed() >= std::time::Duration::from_secs(1) {
+                p.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                p.enable_steady_tick(std::time::Duration::from_millis(200));
+            }
             p.set_position(n);
         }
     }));
@@ -78,20 +84,19 @@ async fn run_statement(sess: &SqlSession, stmt: &str, format: Format, bar: &Bar,
         .get(..6)
         .is_some_and(|w| w.eq_ignore_ascii_case("insert"));
     if is_insert {
-        let p = indicatif::ProgressBar::new_spinner();
+        let p = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::hidden());
         p.set_style(
             indicatif::ProgressStyle::with_template("{spinner} {pos} rows written ({per_sec}, {elapsed})")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
         );
-        p.enable_steady_tick(std::time::Duration::from_millis(200));
-        *bar.lock() = Some(p);
+        *bar.lock() = Some((p, Instant::now()));
     }
     let result = async {
         let out = sess.execute(stmt).await.map_err(sql_err)?;
         print_output(out, format).await
     }
     .await;
-    if let Some(p) = bar.lock().take() {
+    if let Some((p, _)) = bar.lock().take() {
         p.finish_and_clear();
     }
     let rows = result?;
