@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryBuilder, BooleanArray, BooleanBuilder, Float64Builder, Int64Array, Int64Builder,
-    RecordBatch, RecordBatchOptions, StringBuilder, StructArray, new_null_array,
+    RecordBatch, RecordBatchOptions, StringViewBuilder, StructArray, new_null_array,
 };
 use arrow::compute::kernels::cmp;
 use arrow::compute::{and, filter_record_batch, interleave, is_not_null, nullif};
@@ -56,7 +56,7 @@ pub(crate) fn arrow_type(t: ValueType) -> DataType {
     match t {
         ValueType::Integer => DataType::Int64,
         ValueType::Double => DataType::Float64,
-        ValueType::String => DataType::Utf8,
+        ValueType::String => DataType::Utf8View,
         ValueType::Binary => DataType::Binary,
         ValueType::Boolean => DataType::Boolean,
     }
@@ -116,7 +116,7 @@ pub(crate) fn convert(v: &Value, ty: ValueType) -> Option<Value> {
 pub(crate) enum ColBuilder {
     I(Int64Builder),
     D(Float64Builder),
-    S(StringBuilder),
+    S(StringViewBuilder),
     B(BinaryBuilder),
     T(BooleanBuilder),
 }
@@ -126,7 +126,7 @@ impl ColBuilder {
         match t {
             ValueType::Integer => ColBuilder::I(Int64Builder::new()),
             ValueType::Double => ColBuilder::D(Float64Builder::new()),
-            ValueType::String => ColBuilder::S(StringBuilder::new()),
+            ValueType::String => ColBuilder::S(StringViewBuilder::new()),
             ValueType::Binary => ColBuilder::B(BinaryBuilder::new()),
             ValueType::Boolean => ColBuilder::T(BooleanBuilder::new()),
         }
@@ -738,41 +738,51 @@ impl SingleReader {
         {
             let read = ReadOptions::default();
             let mut keep_v: Vec<bool> = (0..n).map(|i| keep.value(i) && keep.is_valid(i)).collect();
-            let mut ord = Vec::with_capacity(n + self.mem.buf.len().min(n));
-            let mut pass = 0;
-            for (r, keep_r) in keep_v.iter_mut().enumerate() {
-                let key = pk.value(r);
-                loop {
-                    self.mem.fill().await?;
-                    match self.mem.buf.front() {
-                        Some((k, _)) if k.as_slice() <= key => {}
-                        _ => break,
+            let mut ord = Vec::with_capacity(n + 64);
+            let last = pk.value(n - 1);
+            // Rows before `next` are placed in `ord`. Each memtable key is
+            // found by binary search (rows are in key order; a key's rank-0
+            // row comes first), so sparse memtable keys cost O(log n) each.
+            let mut next = 0;
+            loop {
+                self.mem.fill().await?;
+                match self.mem.buf.front() {
+                    Some((k, _)) if k.as_slice() <= last => {}
+                    _ => break,
+                }
+                let Some((k, st)) = self.mem.buf.pop_front() else { break };
+                let (mut lo, mut hi) = (next, n);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if pk.value(mid) < k.as_slice() {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
                     }
-                    let Some((k, st)) = self.mem.buf.pop_front() else { break };
-                    let merged = if k.as_slice() < key {
-                        // Not in the segment (no older source has it).
+                }
+                let pos = lo;
+                ord.extend((next..pos).filter(|i| keep_v[*i]).map(|i| (0, i)));
+                next = pos;
+                let merged = if pos < n && pk.value(pos) == k.as_slice() {
+                    keep_v[pos] = false;
+                    if st.replace {
                         st
                     } else {
-                        *keep_r = false;
-                        if st.replace {
-                            st
-                        } else {
-                            match self.seg.get(&k, None).await? {
-                                Some(older) => st.merge_over(older),
-                                None => st,
-                            }
+                        match self.seg.get(&k, None).await? {
+                            Some(older) => st.merge_over(older),
+                            None => st,
                         }
-                    };
-                    if let Some(cells) = visible_cells(&merged, now_ms, &snap.options, &read) {
-                        patch.push(table, &k, &cells)?;
-                        ord.push((1, patch.rows - 1));
                     }
-                }
-                if *keep_r {
-                    ord.push((0, pass));
-                    pass += 1;
+                } else {
+                    // Not in the segment (no older source has it).
+                    st
+                };
+                if let Some(cells) = visible_cells(&merged, now_ms, &snap.options, &read) {
+                    patch.push(table, &k, &cells)?;
+                    ord.push((1, patch.rows - 1));
                 }
             }
+            ord.extend((next..n).filter(|i| keep_v[*i]).map(|i| (0, i)));
             keep = BooleanArray::from(keep_v);
             order = Some(ord);
         }
@@ -799,19 +809,18 @@ impl SingleReader {
             arrays,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
-        let pass = if keep.true_count() == n && keep.null_count() == 0 {
-            full
-        } else {
-            filter_record_batch(&full, &keep)?
-        };
         let Some(order) = order.filter(|_| patch.rows > 0) else {
-            return Ok(pass);
+            if keep.true_count() == n && keep.null_count() == 0 {
+                return Ok(full);
+            }
+            return Ok(filter_record_batch(&full, &keep)?);
         };
+        // One copy: kept segment rows and merged rows, in key order.
         let patch = patch.finish(schema)?;
         let mut arrays = Vec::with_capacity(cols.len());
         for i in 0..cols.len() {
             arrays.push(interleave(
-                &[pass.column(i).as_ref(), patch.column(i).as_ref()],
+                &[full.column(i).as_ref(), patch.column(i).as_ref()],
                 &order,
             )?);
         }
@@ -904,7 +913,10 @@ fn value_at(t: ValueType, a: &ArrayRef, r: usize) -> Option<Value> {
     Some(match t {
         ValueType::Integer => Value::Integer(a.as_primitive_opt::<Int64Type>()?.value(r)),
         ValueType::Double => Value::Double(a.as_primitive_opt::<arrow::datatypes::Float64Type>()?.value(r)),
-        ValueType::String => Value::String(a.as_string_opt::<i32>()?.value(r).to_string()),
+        ValueType::String => match a.as_string_view_opt() {
+            Some(v) => Value::String(v.value(r).to_string()),
+            None => Value::String(a.as_string_opt::<i32>()?.value(r).to_string()),
+        },
         ValueType::Binary => Value::Binary(a.as_binary_opt::<i32>()?.value(r).to_vec()),
         ValueType::Boolean => Value::Boolean(a.as_boolean_opt()?.value(r)),
     })

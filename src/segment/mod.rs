@@ -67,6 +67,8 @@ pub(crate) struct Segment {
     local_path: Option<std::path::PathBuf>,
     local_file: std::sync::OnceLock<Arc<memmap2::Mmap>>,
     reader_meta: OnceCell<ArrowReaderMetadata>,
+    /// The same footer with strings read as `Utf8View` (SQL scans).
+    view_meta: OnceCell<ArrowReaderMetadata>,
     /// The `__pk` bloom filter of each row group, read once.
     blooms: OnceCell<Vec<Option<Sbbf>>>,
     /// Set when no manifest references the file any more: it is deleted
@@ -106,6 +108,7 @@ impl Segment {
             max_key,
             store,
             reader_meta: OnceCell::new(),
+            view_meta: OnceCell::new(),
             blooms: OnceCell::new(),
             obsolete: AtomicBool::new(false),
         }

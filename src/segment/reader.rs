@@ -48,6 +48,23 @@ impl Segment {
             .await
     }
 
+    /// The footer with every string column (PK columns and the `s` value
+    /// children) read as `Utf8View`: no per-row copy of dictionary strings,
+    /// and what DataFusion's own Parquet scans produce.
+    pub async fn view_metadata(&self) -> Result<&ArrowReaderMetadata> {
+        self.view_meta
+            .get_or_try_init(|| async {
+                let base = self.reader_metadata().await?;
+                let schema = views_schema(base.schema());
+                let opts = ArrowReaderOptions::new()
+                    .with_page_index_policy(PageIndexPolicy::Optional)
+                    .with_schema(schema);
+                ArrowReaderMetadata::try_new(base.metadata().clone(), opts)
+                    .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+            })
+            .await
+    }
+
     fn object_reader(&self) -> SegmentFileReader {
         SegmentFileReader {
             store: self.store().clone(),
@@ -103,6 +120,30 @@ impl Segment {
         }
         Ok(None)
     }
+}
+
+fn view_type(t: &arrow::datatypes::DataType) -> arrow::datatypes::DataType {
+    use arrow::datatypes::DataType;
+    match t {
+        DataType::Utf8 => DataType::Utf8View,
+        DataType::Struct(fields) => DataType::Struct(
+            fields
+                .iter()
+                .map(|f| Arc::new(f.as_ref().clone().with_data_type(view_type(f.data_type()))))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn views_schema(s: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        s.fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_data_type(view_type(f.data_type())))
+            .collect::<Vec<_>>(),
+        s.metadata().clone(),
+    ))
 }
 
 /// The rows of one row group a columnar scan reads.
@@ -162,14 +203,15 @@ impl Segment {
             .collect())
     }
 
-    /// Streams the given rows with only the given leaf columns.
+    /// Streams the given rows with only the given leaf columns, strings
+    /// as `Utf8View`.
     pub async fn stream_rows(
         self: &Arc<Self>,
         spans: &[RowSpan],
         leaves: Vec<usize>,
         batch_rows: usize,
     ) -> Result<SegmentBatchStream> {
-        let meta = self.reader_metadata().await?.clone();
+        let meta = self.view_metadata().await?.clone();
         let md = meta.metadata().clone();
         let mask = ProjectionMask::leaves(md.file_metadata().schema_descr(), leaves);
         let mut selectors = Vec::new();

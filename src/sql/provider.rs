@@ -489,6 +489,8 @@ fn cell(a: &ArrayRef, row: usize) -> Option<Value> {
         DataType::Int64 => Value::Integer(a.as_primitive::<Int64Type>().value(row)),
         DataType::Float64 => Value::Double(a.as_primitive::<datafusion::arrow::datatypes::Float64Type>().value(row)),
         DataType::Utf8 => Value::String(a.as_string::<i32>().value(row).to_string()),
+        DataType::Utf8View => Value::String(a.as_string_view().value(row).to_string()),
+        DataType::BinaryView => Value::Binary(a.as_binary_view().value(row).to_vec()),
         DataType::Binary => Value::Binary(a.as_binary::<i32>().value(row).to_vec()),
         DataType::Boolean => Value::Boolean(a.as_boolean().value(row)),
         _ => return None,

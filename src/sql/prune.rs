@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StringViewArray};
 use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::{Column, ScalarValue};
 use datafusion::physical_optimizer::pruning::PruningPredicate;
@@ -82,7 +82,7 @@ impl SegStats<'_> {
                         }
                         _ => None,
                     })
-                    .collect::<StringArray>(),
+                    .collect::<StringViewArray>(),
             ),
             ValueType::Boolean => Arc::new(
                 stats

@@ -199,7 +199,11 @@ impl VersionsTable {
                     false,
                 ));
             }
-            fields.push(Field::new("column_name", DataType::Utf8, false));
+            fields.push(Field::new(
+                "column_name",
+                crate::engine::latest::arrow_type(ValueType::String),
+                false,
+            ));
             fields.push(Field::new("version", DataType::Int64, false));
             fields.push(Field::new("value_type", DataType::Utf8, false));
             for (n, t) in VALUE_COLUMNS {

@@ -31,6 +31,7 @@ fn text_rows(batches: &[RecordBatch]) -> Vec<String> {
                     DataType::Int64 => c.as_primitive::<Int64Type>().value(r).to_string(),
                     DataType::Float64 => c.as_primitive::<Float64Type>().value(r).to_string(),
                     DataType::Utf8 => c.as_string::<i32>().value(r).to_string(),
+                    DataType::Utf8View => c.as_string_view().value(r).to_string(),
                     DataType::Boolean => c.as_boolean().value(r).to_string(),
                     DataType::Binary => format!("{:?}", c.as_binary::<i32>().value(r)),
                     t => panic!("unexpected type {t}"),
