@@ -109,6 +109,20 @@ fn main() {
             s.segment_bytes as f64 / 1e6,
             cellar.state().config().target_partitions()
         );
+        // CELLAR_BENCH_SPIN=cellar|parquet: run the GROUP BY for 10 s first
+        // (to attach a profiler).
+        if let Ok(which) = std::env::var("CELLAR_BENCH_SPIN") {
+            let (ctx, t) = if which == "parquet" {
+                (&plain, "plain")
+            } else {
+                (&cellar, "bench")
+            };
+            eprintln!("spinning on {which}");
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                time(ctx, &GROUP_BY.replace("{t}", t)).await;
+            }
+        }
         compare(&cellar, &plain, "GROUP BY seller_id (compacted)", GROUP_BY).await;
         compare(&cellar, &plain, "filtered aggregate (compacted)", FILTERED).await;
 

@@ -132,28 +132,40 @@ impl ColBuilder {
         }
     }
 
-    /// Appends `v` converted to this column's type (NULL when it does not
-    /// convert exactly).
-    pub fn push(&mut self, v: Option<&Value>) {
-        let ty = match self {
+    fn value_type(&self) -> ValueType {
+        match self {
             ColBuilder::I(_) => ValueType::Integer,
             ColBuilder::D(_) => ValueType::Double,
             ColBuilder::S(_) => ValueType::String,
             ColBuilder::B(_) => ValueType::Binary,
             ColBuilder::T(_) => ValueType::Boolean,
-        };
-        let v = v.and_then(|v| convert(v, ty));
-        match (self, v) {
-            (ColBuilder::I(b), Some(Value::Integer(x))) => b.append_value(x),
-            (ColBuilder::D(b), Some(Value::Double(x))) => b.append_value(x),
+        }
+    }
+
+    fn push_null(&mut self) {
+        match self {
+            ColBuilder::I(b) => b.append_null(),
+            ColBuilder::D(b) => b.append_null(),
+            ColBuilder::S(b) => b.append_null(),
+            ColBuilder::B(b) => b.append_null(),
+            ColBuilder::T(b) => b.append_null(),
+        }
+    }
+
+    /// Appends `v` converted to this column's type (NULL when it does not
+    /// convert exactly).
+    pub fn push(&mut self, v: Option<&Value>) {
+        match (&mut *self, v) {
+            (ColBuilder::I(b), Some(Value::Integer(x))) => b.append_value(*x),
+            (ColBuilder::D(b), Some(Value::Double(x))) => b.append_value(*x),
             (ColBuilder::S(b), Some(Value::String(x))) => b.append_value(x),
             (ColBuilder::B(b), Some(Value::Binary(x))) => b.append_value(x),
-            (ColBuilder::T(b), Some(Value::Boolean(x))) => b.append_value(x),
-            (ColBuilder::I(b), _) => b.append_null(),
-            (ColBuilder::D(b), _) => b.append_null(),
-            (ColBuilder::S(b), _) => b.append_null(),
-            (ColBuilder::B(b), _) => b.append_null(),
-            (ColBuilder::T(b), _) => b.append_null(),
+            (ColBuilder::T(b), Some(Value::Boolean(x))) => b.append_value(*x),
+            (_, None) => self.push_null(),
+            (_, Some(v)) => match convert(v, self.value_type()) {
+                Some(c) => self.push(Some(&c)),
+                None => self.push_null(),
+            },
         }
     }
 
@@ -523,8 +535,20 @@ struct SingleReader {
 /// The merged memtable states of a piece, read in key order a chunk at a
 /// time (a scan never copies a whole memtable).
 struct MemFeed {
-    scan: Option<MergeScan>,
+    scan: Option<MemSource>,
     buf: VecDeque<(Vec<u8>, RowState)>,
+}
+
+enum MemSource {
+    /// Several memtables hold keys here: merge them.
+    Merge(MergeScan),
+    /// One memtable: its folded states directly.
+    One {
+        mem: Arc<crate::memtable::Memtable>,
+        range: KeyRange,
+        resume: Option<Vec<u8>>,
+        seq: u64,
+    },
 }
 
 const MEM_FEED_KEYS: usize = 1024;
@@ -535,14 +559,32 @@ impl MemFeed {
         if !self.buf.is_empty() {
             return Ok(());
         }
-        let Some(scan) = self.scan.as_mut() else { return Ok(()) };
-        while self.buf.len() < MEM_FEED_KEYS {
-            match scan.next().await? {
-                Some(kv) => self.buf.push_back(kv),
-                None => {
-                    self.scan = None;
-                    break;
+        match self.scan.as_mut() {
+            None => {}
+            Some(MemSource::Merge(scan)) => {
+                while self.buf.len() < MEM_FEED_KEYS {
+                    match scan.next().await? {
+                        Some(kv) => self.buf.push_back(kv),
+                        None => {
+                            self.scan = None;
+                            break;
+                        }
+                    }
                 }
+            }
+            Some(MemSource::One {
+                mem,
+                range,
+                resume,
+                seq,
+            }) => {
+                let chunk = mem.scan_chunk(range, resume.as_deref(), false, *seq, MEM_FEED_KEYS);
+                if chunk.len() < MEM_FEED_KEYS {
+                    self.scan = None;
+                } else if let Some((k, _)) = chunk.last() {
+                    *resume = Some(k.clone());
+                }
+                self.buf.extend(chunk);
             }
         }
         Ok(())
@@ -565,9 +607,20 @@ impl SingleReader {
             segments: Arc::new(Vec::new()),
             options: snap.options,
         };
-        let has_mem = snap.memtables.iter().any(|m| m.has_key_in(&range));
+        let with_keys: Vec<_> = snap.memtables.iter().filter(|m| m.has_key_in(&range)).collect();
+        let has_mem = !with_keys.is_empty();
+        let source = match with_keys.as_slice() {
+            [] => None,
+            [one] => Some(MemSource::One {
+                mem: (*one).clone(),
+                range: range.clone(),
+                resume: None,
+                seq: snap.seq,
+            }),
+            _ => Some(MemSource::Merge(MergeScan::new(&mem_snap, range.clone(), false, None))),
+        };
         let mem = MemFeed {
-            scan: has_mem.then(|| MergeScan::new(&mem_snap, range.clone(), false, None)),
+            scan: source,
             buf: VecDeque::new(),
         };
         let mut spans: Vec<RowSpan> = seg.row_spans(&range).await?;
@@ -701,7 +754,7 @@ impl SingleReader {
         let cutoff = snap.options.ttl_cutoff_ms(now_ms);
         // Which rows are visible rows of this segment.
         let mut keep = if self.all_live {
-            BooleanArray::from(vec![true; n])
+            BooleanArray::new(arrow::buffer::BooleanBuffer::new_set(n), None)
         } else {
             let row = batch
                 .column_by_name(format::ROW)
