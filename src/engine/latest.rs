@@ -516,6 +516,58 @@ async fn merge_batch(
     Ok(Some(rows.finish(schema)?))
 }
 
+/// A typed key column of a batch.
+enum TypedKey<'a> {
+    I(&'a Int64Array),
+    S(&'a arrow::array::StringViewArray),
+    B(&'a arrow::array::BinaryArray),
+}
+
+/// How a batch's rows compare with a memtable key: by `__pk` when it is
+/// read, else column by column on the typed key columns (the same order).
+enum RowKeys<'a> {
+    Encoded(&'a arrow::array::BinaryArray),
+    Typed(Vec<TypedKey<'a>>),
+}
+
+impl RowKeys<'_> {
+    /// The key's typed values when comparing typed columns.
+    fn decode(&self, table: &TableInner, key: &[u8]) -> Result<Vec<PkValue>> {
+        Ok(match self {
+            RowKeys::Encoded(_) => Vec::new(),
+            RowKeys::Typed(_) => table
+                .schema
+                .decode_pk(key)?
+                .columns
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect(),
+        })
+    }
+
+    /// Row `r` compared with the key (`dec`: its decoded values).
+    fn row_vs(&self, r: usize, key: &[u8], dec: &[PkValue]) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        match self {
+            RowKeys::Encoded(pk) => pk.value(r).cmp(key),
+            RowKeys::Typed(cols) => {
+                for (c, v) in cols.iter().zip(dec) {
+                    let o = match (c, v) {
+                        (TypedKey::I(a), PkValue::Integer(x)) => a.value(r).cmp(x),
+                        (TypedKey::S(a), PkValue::String(s)) => a.value(r).as_bytes().cmp(s.as_bytes()),
+                        (TypedKey::B(a), PkValue::Binary(b)) => a.value(r).cmp(b.as_slice()),
+                        _ => Ordering::Equal,
+                    };
+                    if o != Ordering::Equal {
+                        return o;
+                    }
+                }
+                Ordering::Equal
+            }
+        }
+    }
+}
+
 /// Reads one segment's rank-0 rows over a piece, merging memtable keys in.
 struct SingleReader {
     seg: Arc<Segment>,
@@ -523,6 +575,8 @@ struct SingleReader {
     stream: Option<SegmentBatchStream>,
     /// Some rows may lie outside the range: check `__pk` per row.
     check_keys: bool,
+    /// Place memtable keys with the typed key columns (no `__pk` read).
+    typed_keys: bool,
     has_max_ts: bool,
     has_ranks: bool,
     /// Every rank-0 row is a live row (no TTL, no dead keys): no
@@ -647,7 +701,10 @@ impl SingleReader {
         let has_ranks = seg.meta.num_rows > seg.meta.num_keys;
         let ttl = snap.options.ttl_cutoff_ms(now_ms) > i64::MIN;
         let all_live = !ttl && has_max_ts && seg.meta.dead_keys == Some(0);
-        let need_pk = check_keys || has_mem;
+        // Memtable keys are placed by comparing the typed key columns (much
+        // cheaper to decode than `__pk`), unless `__pk` is read anyway.
+        let need_pk = check_keys;
+        let typed_keys = has_mem && !check_keys;
         let mut leaves = Vec::new();
         for (i, p) in paths.iter().enumerate() {
             let top = p[0].as_str();
@@ -657,9 +714,12 @@ impl SingleReader {
                 format::ROW | format::MAX_TS => !all_live,
                 format::ROW_TS => !has_max_ts,
                 format::SEQ | format::TOMB => false,
-                _ if p.len() == 1 => cols
-                    .iter()
-                    .any(|c| matches!(c, OutCol::Pk(k) if table.schema.primary_key[*k].name == top)),
+                _ if p.len() == 1 => {
+                    (typed_keys && table.schema.is_pk_column(top))
+                        || cols
+                            .iter()
+                            .any(|c| matches!(c, OutCol::Pk(k) if table.schema.primary_key[*k].name == top))
+                }
                 _ => {
                     let child = p[1].as_str();
                     let projected = cols
@@ -688,6 +748,7 @@ impl SingleReader {
             range,
             stream,
             check_keys,
+            typed_keys,
             has_max_ts,
             has_ranks,
             all_live,
@@ -782,32 +843,60 @@ impl SingleReader {
         // Memtable keys within this batch's keys (or before them).
         let mut order: Option<Vec<(usize, usize)>> = None;
         let mut patch = RowsBuilder::new(table, cols);
-        if pk.is_some() {
+        let keys = match pk {
+            Some(pk) => Some(RowKeys::Encoded(pk)),
+            None if self.typed_keys => {
+                let mut typed = Vec::new();
+                for c in &table.schema.primary_key {
+                    let a = batch
+                        .column_by_name(&c.name)
+                        .ok_or_else(|| corrupt("missing a primary-key column"))?;
+                    typed.push(match c.pk_type {
+                        crate::types::PkType::Integer => TypedKey::I(a.as_primitive::<Int64Type>()),
+                        crate::types::PkType::String => TypedKey::S(
+                            a.as_string_view_opt()
+                                .ok_or_else(|| corrupt("a string key column is not a string"))?,
+                        ),
+                        crate::types::PkType::Binary => TypedKey::B(a.as_binary::<i32>()),
+                    });
+                }
+                Some(RowKeys::Typed(typed))
+            }
+            None => None,
+        };
+        if keys.is_some() {
             self.mem.fill().await?;
         }
-        if let (Some(pk), Some((front, _))) = (pk, self.mem.buf.front())
-            && n > 0
-            && front.as_slice() <= pk.value(n - 1)
+        let front_in_batch = match (&keys, self.mem.buf.front()) {
+            (Some(keys), Some((k, _))) if n > 0 => {
+                keys.row_vs(n - 1, k, &keys.decode(table, k)?) != std::cmp::Ordering::Less
+            }
+            _ => false,
+        };
+        if let Some(keys) = &keys
+            && front_in_batch
         {
             let read = ReadOptions::default();
             let mut keep_v: Vec<bool> = (0..n).map(|i| keep.value(i) && keep.is_valid(i)).collect();
             let mut ord = Vec::with_capacity(n + 64);
-            let last = pk.value(n - 1);
             // Rows before `next` are placed in `ord`. Each memtable key is
             // found by binary search (rows are in key order; a key's rank-0
             // row comes first), so sparse memtable keys cost O(log n) each.
             let mut next = 0;
+            let mut any = false;
             loop {
                 self.mem.fill().await?;
-                match self.mem.buf.front() {
-                    Some((k, _)) if k.as_slice() <= last => {}
-                    _ => break,
+                let Some((k, _)) = self.mem.buf.front() else { break };
+                let dec = keys.decode(table, k)?;
+                if keys.row_vs(n - 1, k, &dec) == std::cmp::Ordering::Less {
+                    break;
                 }
+                any = true;
                 let Some((k, st)) = self.mem.buf.pop_front() else { break };
                 let (mut lo, mut hi) = (next, n);
                 while lo < hi {
                     let mid = lo + (hi - lo) / 2;
-                    if pk.value(mid) < k.as_slice() {
+                    if keys.row_vs(mid, &k, &dec) == std::cmp::Ordering::Less {
                         lo = mid + 1;
                     } else {
                         hi = mid;
@@ -816,7 +905,7 @@ impl SingleReader {
                 let pos = lo;
                 ord.extend((next..pos).filter(|i| keep_v[*i]).map(|i| (0, i)));
                 next = pos;
-                let merged = if pos < n && pk.value(pos) == k.as_slice() {
+                let merged = if pos < n && keys.row_vs(pos, &k, &dec) == std::cmp::Ordering::Equal {
                     keep_v[pos] = false;
                     if st.replace {
                         st
@@ -836,8 +925,10 @@ impl SingleReader {
                 }
             }
             ord.extend((next..n).filter(|i| keep_v[*i]).map(|i| (0, i)));
-            keep = BooleanArray::from(keep_v);
-            order = Some(ord);
+            if any {
+                keep = BooleanArray::from(keep_v);
+                order = Some(ord);
+            }
         }
         // The visible rows, column by column.
         let mut arrays = Vec::with_capacity(cols.len());
