@@ -68,7 +68,7 @@ pub(super) async fn run(db: &Database, commands: Vec<String>, files: Vec<PathBuf
     for script in scripts {
         for stmt in split_statements(&script) {
             if let Err(e) = run_statement(&sess, &stmt, format, &bar, false).await {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", shown(&e));
                 return Ok(1);
             }
         }
@@ -108,6 +108,16 @@ async fn run_statement(sess: &SqlSession, stmt: &str, format: Format, bar: &Bar,
         }
     }
     Ok(())
+}
+
+/// How an error reads on stderr: DataFusion's own errors (planning, parsing,
+/// execution) as DataFusion words them; engine errors with their kind.
+fn shown(e: &Error) -> String {
+    if e.kind() == crate::ErrorKind::ParameterInvalid {
+        e.message().to_string()
+    } else {
+        e.to_string()
+    }
 }
 
 fn sql_err(e: datafusion::error::DataFusionError) -> Error {
@@ -280,7 +290,7 @@ async fn repl(sess: &SqlSession, format: Format, bar: &Bar) -> Result<i32> {
                 }
             };
             if let Err(e) = run_statement(sess, &stmt, format, bar, timing).await {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", shown(&e));
             }
             continue;
         }
@@ -294,7 +304,7 @@ async fn repl(sess: &SqlSession, format: Format, bar: &Bar) -> Result<i32> {
         let _ = rl.add_history_entry(buf.as_str());
         for stmt in split_statements(&buf) {
             if let Err(e) = run_statement(sess, &stmt, format, bar, timing).await {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", shown(&e));
                 break;
             }
         }
