@@ -14,7 +14,6 @@ mod common;
 use std::time::Instant;
 
 use cellar::*;
-use futures::stream::{FuturesUnordered, StreamExt};
 
 fn main() {
     let rows = common::rows_arg(2_000_000);
@@ -23,21 +22,7 @@ fn main() {
         let db = Database::open(dir.path()).await.unwrap();
         let t = common::bench_table(&db).await;
         let start = Instant::now();
-        let mut in_flight = FuturesUnordered::new();
-        let mut next = 0u64;
-        while next < rows || !in_flight.is_empty() {
-            while next < rows && in_flight.len() < 16 {
-                let batch: Vec<RowWrite> = (next..(next + 200).min(rows)).map(common::row).collect();
-                next += batch.len() as u64;
-                let t = t.clone();
-                in_flight.push(tokio::spawn(async move { t.write_batch(batch).await }));
-            }
-            if let Some(r) = in_flight.next().await {
-                for r in r.unwrap().unwrap() {
-                    r.unwrap();
-                }
-            }
-        }
+        common::write_pipelined(&t, rows, common::row).await;
         let secs = start.elapsed().as_secs_f64();
         let wal_bytes: u64 = std::fs::read_dir(dir.path().join("wal"))
             .unwrap()

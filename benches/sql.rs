@@ -21,25 +21,10 @@ use std::time::{Duration, Instant};
 use cellar::sql::session_context;
 use cellar::*;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
-use futures::stream::{FuturesUnordered, StreamExt};
 
 async fn load(db: &Database, rows: u64) {
     let t = common::bench_table(db).await;
-    let mut in_flight = FuturesUnordered::new();
-    let mut next = 0u64;
-    while next < rows || !in_flight.is_empty() {
-        while next < rows && in_flight.len() < 16 {
-            let batch: Vec<RowWrite> = (next..(next + 200).min(rows)).map(common::row).collect();
-            next += batch.len() as u64;
-            let t = t.clone();
-            in_flight.push(tokio::spawn(async move { t.write_batch(batch).await }));
-        }
-        if let Some(r) = in_flight.next().await {
-            for r in r.unwrap().unwrap() {
-                r.unwrap();
-            }
-        }
-    }
+    common::write_pipelined(&t, rows, common::row).await;
     let start = Instant::now();
     t.compact().await.unwrap();
     eprintln!("loaded {rows} rows; compaction {:.1} s", start.elapsed().as_secs_f64());
@@ -151,21 +136,7 @@ fn main() {
         // both sides keep answering the same).
         let t = db.table("bench").unwrap();
         let hot = rows / 100;
-        let mut in_flight = FuturesUnordered::new();
-        let mut k = 0u64;
-        while k < hot || !in_flight.is_empty() {
-            while k < hot && in_flight.len() < 16 {
-                let batch: Vec<RowWrite> = (k..(k + 200).min(hot)).map(|j| common::row(j * 100 % rows)).collect();
-                k += batch.len() as u64;
-                let t = t.clone();
-                in_flight.push(tokio::spawn(async move { t.write_batch(batch).await }));
-            }
-            if let Some(r) = in_flight.next().await {
-                for r in r.unwrap().unwrap() {
-                    r.unwrap();
-                }
-            }
-        }
+        common::write_pipelined(&t, hot, |j| common::row(j * 100 % rows)).await;
         println!(
             "{hot} rows rewritten into the memtable ({} bytes)",
             t.stats().memtable_bytes

@@ -41,3 +41,25 @@ pub async fn bench_table(db: &Database) -> Table {
     db.create_table(schema(), TableOptions::default()).await.unwrap();
     db.table("bench").unwrap()
 }
+
+/// Writes `rows` rows (`row_of(i)` for i in 0..rows) the way a loader
+/// would: BatchWriteRow-sized batches of 200, 16 batches in flight.
+#[allow(dead_code)] // not every bench binary loads this way
+pub async fn write_pipelined(t: &Table, rows: u64, row_of: impl Fn(u64) -> RowWrite) {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let mut in_flight = FuturesUnordered::new();
+    let mut next = 0u64;
+    while next < rows || !in_flight.is_empty() {
+        while next < rows && in_flight.len() < 16 {
+            let batch: Vec<RowWrite> = (next..(next + 200).min(rows)).map(&row_of).collect();
+            next += batch.len() as u64;
+            let t = t.clone();
+            in_flight.push(tokio::spawn(async move { t.write_batch(batch).await }));
+        }
+        if let Some(r) = in_flight.next().await {
+            for r in r.unwrap().unwrap() {
+                r.unwrap();
+            }
+        }
+    }
+}

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::json::writer::{JsonArray, LineDelimited};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -201,34 +202,33 @@ pub(super) async fn print_output(out: StatementOutput, format: Format) -> Result
                     }
                 }
                 Format::Json => {
-                    let mut w = datafusion::arrow::json::WriterBuilder::new()
-                        .with_explicit_nulls(true)
-                        .build::<_, datafusion::arrow::json::writer::JsonArray>(&mut stdout);
-                    while let Some(b) = stream.next().await {
-                        let b = b.map_err(sql_err)?;
-                        rows += b.num_rows();
-                        w.write(&printable(&b)?).map_err(Error::from)?;
-                    }
-                    w.finish().map_err(Error::from)?;
-                    drop(w);
+                    rows = write_json::<JsonArray>(&mut stream, &mut stdout).await?;
                     writeln!(stdout).map_err(io)?;
                 }
-                Format::Ndjson => {
-                    let mut w = datafusion::arrow::json::WriterBuilder::new()
-                        .with_explicit_nulls(true)
-                        .build::<_, datafusion::arrow::json::writer::LineDelimited>(&mut stdout);
-                    while let Some(b) = stream.next().await {
-                        let b = b.map_err(sql_err)?;
-                        rows += b.num_rows();
-                        w.write(&printable(&b)?).map_err(Error::from)?;
-                    }
-                    w.finish().map_err(Error::from)?;
-                }
+                Format::Ndjson => rows = write_json::<LineDelimited>(&mut stream, &mut stdout).await?,
             }
             stdout.flush().map_err(io)?;
             Ok(Some(rows))
         }
     }
+}
+
+/// Streams result batches through Arrow's JSON writer (explicit nulls).
+async fn write_json<F: datafusion::arrow::json::writer::JsonFormat>(
+    stream: &mut datafusion::execution::SendableRecordBatchStream,
+    out: &mut impl Write,
+) -> Result<usize> {
+    let mut w = datafusion::arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, F>(out);
+    let mut rows = 0;
+    while let Some(b) = stream.next().await {
+        let b = b.map_err(sql_err)?;
+        rows += b.num_rows();
+        w.write(&printable(&b)?).map_err(Error::from)?;
+    }
+    w.finish().map_err(Error::from)?;
+    Ok(rows)
 }
 
 fn csv_field(s: &str) -> String {

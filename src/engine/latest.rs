@@ -362,15 +362,44 @@ fn plan_pieces(snap: &Snapshot, ranges: &[ScanRange]) -> Vec<Piece> {
 /// A scan of the latest visible version of each row over some key ranges,
 /// producing Arrow batches with the given columns.
 pub(crate) struct LatestScan {
+    cx: ScanCtx,
+    pieces: VecDeque<Piece>,
+    current: Option<Current>,
+    remaining: usize,
+    filter: Option<Arc<dyn RowGroupFilter>>,
+}
+
+/// What every part of one scan reads with: the table, the snapshot, the
+/// clock reading and the output columns.
+struct ScanCtx {
     table: Arc<TableInner>,
     snap: Arc<Snapshot>,
     now_ms: i64,
     cols: Arc<[OutCol]>,
     schema: SchemaRef,
-    pieces: VecDeque<Piece>,
-    current: Option<Current>,
-    remaining: usize,
-    filter: Option<Arc<dyn RowGroupFilter>>,
+}
+
+impl ScanCtx {
+    /// The latest visible cells of a merged state (`None`: no row).
+    fn visible(&self, st: &RowState) -> Option<Vec<(String, Vec<Cell>)>> {
+        visible_cells(st, self.now_ms, &self.snap.options, &ReadOptions::default())
+    }
+
+    fn rows(&self) -> RowsBuilder {
+        RowsBuilder::new(&self.table, &self.cols)
+    }
+
+    /// Appends the row of `key` when `st` leaves one visible.
+    fn push_visible(&self, rows: &mut RowsBuilder, key: &[u8], st: &RowState) -> Result<()> {
+        match self.visible(st) {
+            Some(cells) => rows.push(&self.table, key, &cells),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&self, rows: &mut RowsBuilder) -> Result<RecordBatch> {
+        rows.finish(&self.schema)
+    }
 }
 
 enum Current {
@@ -397,11 +426,13 @@ impl LatestScan {
     ) -> Self {
         let pieces = plan_pieces(&snap, ranges).into();
         LatestScan {
-            table,
-            snap,
-            now_ms,
-            cols: out.cols,
-            schema: out.schema,
+            cx: ScanCtx {
+                table,
+                snap,
+                now_ms,
+                cols: out.cols,
+                schema: out.schema,
+            },
             pieces,
             current: None,
             remaining: out.limit.unwrap_or(usize::MAX),
@@ -418,41 +449,28 @@ impl LatestScan {
                         return Ok(None);
                     };
                     match piece {
-                        Piece::Point(key) => {
-                            point(&self.table, &self.snap, self.now_ms, &self.cols, &self.schema, &key).await?
-                        }
+                        Piece::Point(key) => point(&self.cx, &key).await?,
                         Piece::Merge(range) => {
-                            let scan = MergeScan::new(&self.snap, range, false, None);
+                            let scan = MergeScan::new(&self.cx.snap, range, false, None);
                             self.current = Some(Current::Merge(scan));
                             continue;
                         }
                         Piece::Single { seg, range } => {
-                            let r = SingleReader::open(
-                                &self.table,
-                                &self.snap,
-                                self.now_ms,
-                                &self.cols,
-                                seg,
-                                range,
-                                self.filter.as_deref(),
-                            )
-                            .await?;
+                            let r = SingleReader::open(&self.cx, seg, range, self.filter.as_deref()).await?;
                             self.current = Some(Current::Single(Box::new(r)));
                             continue;
                         }
                     }
                 }
                 Some(Current::Merge(scan)) => {
-                    let b = merge_batch(scan, &self.table, &self.snap, self.now_ms, &self.cols, &self.schema).await?;
+                    let b = merge_batch(scan, &self.cx).await?;
                     if b.is_none() {
                         self.current = None;
                     }
                     b
                 }
                 Some(Current::Single(r)) => {
-                    let b = r
-                        .next_batch(&self.table, &self.snap, self.now_ms, &self.cols, &self.schema)
-                        .await?;
+                    let b = r.next_batch(&self.cx).await?;
                     if b.is_none() {
                         self.current = None;
                     }
@@ -475,33 +493,16 @@ impl LatestScan {
     }
 }
 
-async fn point(
-    table: &TableInner,
-    snap: &Snapshot,
-    now_ms: i64,
-    cols: &Arc<[OutCol]>,
-    schema: &SchemaRef,
-    key: &[u8],
-) -> Result<Option<RecordBatch>> {
-    let mut rows = RowsBuilder::new(table, cols);
-    if let Some(state) = snap.get_state(key, None).await?
-        && let Some(cells) = visible_cells(&state, now_ms, &snap.options, &ReadOptions::default())
-    {
-        rows.push(table, key, &cells)?;
+async fn point(cx: &ScanCtx, key: &[u8]) -> Result<Option<RecordBatch>> {
+    let mut rows = cx.rows();
+    if let Some(state) = cx.snap.get_state(key, None).await? {
+        cx.push_visible(&mut rows, key, &state)?;
     }
-    Ok(Some(rows.finish(schema)?))
+    Ok(Some(cx.finish(&mut rows)?))
 }
 
-async fn merge_batch(
-    scan: &mut MergeScan,
-    table: &TableInner,
-    snap: &Snapshot,
-    now_ms: i64,
-    cols: &Arc<[OutCol]>,
-    schema: &SchemaRef,
-) -> Result<Option<RecordBatch>> {
-    let mut rows = RowsBuilder::new(table, cols);
-    let read = ReadOptions::default();
+async fn merge_batch(scan: &mut MergeScan, cx: &ScanCtx) -> Result<Option<RecordBatch>> {
+    let mut rows = cx.rows();
     while rows.rows < BATCH_ROWS {
         let Some((key, state)) = scan.next().await? else {
             if rows.rows == 0 {
@@ -509,11 +510,18 @@ async fn merge_batch(
             }
             break;
         };
-        if let Some(cells) = visible_cells(&state, now_ms, &snap.options, &read) {
-            rows.push(table, &key, &cells)?;
-        }
+        cx.push_visible(&mut rows, &key, &state)?;
     }
-    Ok(Some(rows.finish(schema)?))
+    Ok(Some(cx.finish(&mut rows)?))
+}
+
+/// Memtable keys placed into one batch so far: which segment rows stay,
+/// the output order (0 = segment row, 1 = merged row), and the first
+/// segment row not yet placed.
+struct Placement {
+    keep: Vec<bool>,
+    order: Vec<(usize, usize)>,
+    next: usize,
 }
 
 /// A typed key column of a batch.
@@ -647,14 +655,12 @@ impl MemFeed {
 
 impl SingleReader {
     async fn open(
-        table: &TableInner,
-        snap: &Snapshot,
-        now_ms: i64,
-        cols: &Arc<[OutCol]>,
+        cx: &ScanCtx,
         seg: Arc<Segment>,
         range: KeyRange,
         filter: Option<&dyn RowGroupFilter>,
     ) -> Result<Self> {
+        let (table, snap, cols) = (&cx.table, &cx.snap, &cx.cols);
         let mem_snap = Snapshot {
             seq: snap.seq,
             memtables: snap.memtables.clone(),
@@ -699,7 +705,7 @@ impl SingleReader {
         let paths = seg.leaf_paths().await?;
         let has_max_ts = paths.iter().any(|p| p.len() == 1 && p[0] == format::MAX_TS);
         let has_ranks = seg.meta.num_rows > seg.meta.num_keys;
-        let ttl = snap.options.ttl_cutoff_ms(now_ms) > i64::MIN;
+        let ttl = snap.options.ttl_cutoff_ms(cx.now_ms) > i64::MIN;
         let all_live = !ttl && has_max_ts && seg.meta.dead_keys == Some(0);
         // Memtable keys are placed by comparing the typed key columns (much
         // cheaper to decode than `__pk`), unless `__pk` is read anyway.
@@ -756,14 +762,7 @@ impl SingleReader {
         })
     }
 
-    async fn next_batch(
-        &mut self,
-        table: &TableInner,
-        snap: &Snapshot,
-        now_ms: i64,
-        cols: &Arc<[OutCol]>,
-        schema: &SchemaRef,
-    ) -> Result<Option<RecordBatch>> {
+    async fn next_batch(&mut self, cx: &ScanCtx) -> Result<Option<RecordBatch>> {
         loop {
             let next = match self.stream.as_mut() {
                 Some(s) => s.next().await,
@@ -772,7 +771,7 @@ impl SingleReader {
             match next {
                 Some(batch) => {
                     let batch = batch.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
-                    let out = self.process(&batch, table, snap, now_ms, cols, schema).await?;
+                    let out = self.process(&batch, cx).await?;
                     if out.num_rows() > 0 {
                         return Ok(Some(out));
                     }
@@ -780,39 +779,29 @@ impl SingleReader {
                 None => {
                     self.stream = None;
                     // Memtable keys past the segment's last row.
-                    let mut rows = RowsBuilder::new(table, cols);
-                    let read = ReadOptions::default();
+                    let mut rows = cx.rows();
                     while rows.rows < BATCH_ROWS {
                         self.mem.fill().await?;
                         let Some((key, st)) = self.mem.buf.pop_front() else {
                             break;
                         };
-                        if let Some(cells) = visible_cells(&st, now_ms, &snap.options, &read) {
-                            rows.push(table, &key, &cells)?;
-                        }
+                        cx.push_visible(&mut rows, &key, &st)?;
                     }
                     if rows.rows == 0 {
                         return Ok(None);
                     }
-                    return Ok(Some(rows.finish(schema)?));
+                    return Ok(Some(cx.finish(&mut rows)?));
                 }
             }
         }
     }
 
-    async fn process(
-        &mut self,
-        batch: &RecordBatch,
-        table: &TableInner,
-        snap: &Snapshot,
-        now_ms: i64,
-        cols: &Arc<[OutCol]>,
-        schema: &SchemaRef,
-    ) -> Result<RecordBatch> {
+    async fn process(&mut self, batch: &RecordBatch, cx: &ScanCtx) -> Result<RecordBatch> {
+        let (table, cols, schema) = (&cx.table, &cx.cols, &cx.schema);
         let path = self.seg.meta.path.clone();
         let corrupt = |what: &str| Error::corruption(format!("segment {path}: {what}"));
         let n = batch.num_rows();
-        let cutoff = snap.options.ttl_cutoff_ms(now_ms);
+        let cutoff = cx.snap.options.ttl_cutoff_ms(cx.now_ms);
         // Which rows are visible rows of this segment.
         let mut keep = if self.all_live {
             BooleanArray::new(arrow::buffer::BooleanBuffer::new_set(n), None)
@@ -842,7 +831,7 @@ impl SingleReader {
         }
         // Memtable keys within this batch's keys (or before them).
         let mut order: Option<Vec<(usize, usize)>> = None;
-        let mut patch = RowsBuilder::new(table, cols);
+        let mut patch = cx.rows();
         let keys = match pk {
             Some(pk) => Some(RowKeys::Encoded(pk)),
             None if self.typed_keys => {
@@ -864,26 +853,14 @@ impl SingleReader {
             }
             None => None,
         };
-        if keys.is_some() {
-            self.mem.fill().await?;
-        }
-        let front_in_batch = match (&keys, self.mem.buf.front()) {
-            (Some(keys), Some((k, _))) if n > 0 => {
-                keys.row_vs(n - 1, k, &keys.decode(table, k)?) != std::cmp::Ordering::Less
-            }
-            _ => false,
-        };
         if let Some(keys) = &keys
-            && front_in_batch
+            && n > 0
         {
-            let read = ReadOptions::default();
-            let mut keep_v: Vec<bool> = (0..n).map(|i| keep.value(i) && keep.is_valid(i)).collect();
-            let mut ord = Vec::with_capacity(n + 64);
             // Rows before `next` are placed in `ord`. Each memtable key is
             // found by binary search (rows are in key order; a key's rank-0
             // row comes first), so sparse memtable keys cost O(log n) each.
-            let mut next = 0;
-            let mut any = false;
+            // Nothing is allocated until a key falls into this batch.
+            let mut placed: Option<Placement> = None;
             loop {
                 self.mem.fill().await?;
                 let Some((k, _)) = self.mem.buf.front() else { break };
@@ -891,9 +868,17 @@ impl SingleReader {
                 if keys.row_vs(n - 1, k, &dec) == std::cmp::Ordering::Less {
                     break;
                 }
-                any = true;
                 let Some((k, st)) = self.mem.buf.pop_front() else { break };
-                let (mut lo, mut hi) = (next, n);
+                let Placement {
+                    keep: keep_v,
+                    order: ord,
+                    next,
+                } = placed.get_or_insert_with(|| Placement {
+                    keep: (0..n).map(|i| keep.value(i) && keep.is_valid(i)).collect(),
+                    order: Vec::with_capacity(n + 64),
+                    next: 0,
+                });
+                let (mut lo, mut hi) = (*next, n);
                 while lo < hi {
                     let mid = lo + (hi - lo) / 2;
                     if keys.row_vs(mid, &k, &dec) == std::cmp::Ordering::Less {
@@ -902,11 +887,10 @@ impl SingleReader {
                         hi = mid;
                     }
                 }
-                let pos = lo;
-                ord.extend((next..pos).filter(|i| keep_v[*i]).map(|i| (0, i)));
-                next = pos;
-                let merged = if pos < n && keys.row_vs(pos, &k, &dec) == std::cmp::Ordering::Equal {
-                    keep_v[pos] = false;
+                ord.extend((*next..lo).filter(|i| keep_v[*i]).map(|i| (0, i)));
+                *next = lo;
+                let merged = if lo < n && keys.row_vs(lo, &k, &dec) == std::cmp::Ordering::Equal {
+                    keep_v[lo] = false;
                     if st.replace {
                         st
                     } else {
@@ -919,13 +903,19 @@ impl SingleReader {
                     // Not in the segment (no older source has it).
                     st
                 };
-                if let Some(cells) = visible_cells(&merged, now_ms, &snap.options, &read) {
-                    patch.push(table, &k, &cells)?;
-                    ord.push((1, patch.rows - 1));
+                let before = patch.rows;
+                cx.push_visible(&mut patch, &k, &merged)?;
+                if patch.rows > before {
+                    ord.push((1, before));
                 }
             }
-            ord.extend((next..n).filter(|i| keep_v[*i]).map(|i| (0, i)));
-            if any {
+            if let Some(Placement {
+                keep: keep_v,
+                order: mut ord,
+                next,
+            }) = placed
+            {
+                ord.extend((next..n).filter(|i| keep_v[*i]).map(|i| (0, i)));
                 keep = BooleanArray::from(keep_v);
                 order = Some(ord);
             }
@@ -960,7 +950,7 @@ impl SingleReader {
             return Ok(filter_record_batch(&full, &keep)?);
         };
         // One copy: kept segment rows and merged rows, in key order.
-        let patch = patch.finish(schema)?;
+        let patch = cx.finish(&mut patch)?;
         let mut arrays = Vec::with_capacity(cols.len());
         for i in 0..cols.len() {
             arrays.push(interleave(

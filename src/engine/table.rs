@@ -60,6 +60,12 @@ pub(crate) struct Snapshot {
     pub options: TableOptions,
 }
 
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Snapshot(seq {})", self.seq)
+    }
+}
+
 impl TableInner {
     pub fn new(
         id: u64,

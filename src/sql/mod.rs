@@ -22,6 +22,48 @@
 //! # });
 //! ```
 
+/// The `ExecutionPlan` methods of a plan node without children whose
+/// `PlanProperties` live in a `props` field.
+macro_rules! leaf_plan {
+    ($name:literal) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
+            &self.props
+        }
+
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            vec![]
+        }
+
+        fn apply_expressions(
+            &self,
+            _f: &mut dyn FnMut(
+                &std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+            ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        }
+
+        fn replace_children(
+            self: std::sync::Arc<Self>,
+            _children: Vec<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+            _options: datafusion::physical_plan::ReplaceChildrenOptions,
+        ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            Ok(self)
+        }
+
+        fn with_new_children(
+            self: std::sync::Arc<Self>,
+            _children: Vec<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+        ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            Ok(self)
+        }
+    };
+}
+
 mod catalog;
 mod ddl;
 mod provider;

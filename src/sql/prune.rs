@@ -46,13 +46,7 @@ impl SegStats<'_> {
             ValueType::Integer => Arc::new(
                 stats
                     .map(|s| match s {
-                        Some(Statistics::Int64(s)) => {
-                            if min {
-                                s.min_opt().copied()
-                            } else {
-                                s.max_opt().copied()
-                            }
-                        }
+                        Some(Statistics::Int64(s)) => bound(s, min),
                         _ => None,
                     })
                     .collect::<Int64Array>(),
@@ -60,10 +54,7 @@ impl SegStats<'_> {
             ValueType::Double => Arc::new(
                 stats
                     .map(|s| match s {
-                        Some(Statistics::Double(s)) => {
-                            let v = if min { s.min_opt() } else { s.max_opt() };
-                            v.copied().filter(|v| !v.is_nan())
-                        }
+                        Some(Statistics::Double(s)) => bound(s, min).filter(|v| !v.is_nan()),
                         _ => None,
                     })
                     .collect::<Float64Array>(),
@@ -87,19 +78,22 @@ impl SegStats<'_> {
             ValueType::Boolean => Arc::new(
                 stats
                     .map(|s| match s {
-                        Some(Statistics::Boolean(s)) => {
-                            if min {
-                                s.min_opt().copied()
-                            } else {
-                                s.max_opt().copied()
-                            }
-                        }
+                        Some(Statistics::Boolean(s)) => bound(s, min),
                         _ => None,
                     })
                     .collect::<BooleanArray>(),
             ),
             ValueType::Binary => return None,
         })
+    }
+}
+
+/// A row group's min or max of a fixed-width column, when recorded.
+fn bound<T: Copy>(s: &parquet::file::statistics::ValueStatistics<T>, min: bool) -> Option<T> {
+    if min {
+        s.min_opt().copied()
+    } else {
+        s.max_opt().copied()
     }
 }
 
