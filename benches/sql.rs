@@ -43,6 +43,24 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 async fn compare(cellar: &SessionContext, plain: &SessionContext, label: &str, sql: &str) {
+    // CELLAR_BENCH_SPIN=WORD[:parquet]: before the comparison whose label
+    // contains WORD, run its Cellar (or Parquet) query for 10 s, to attach
+    // a profiler.
+    if let Ok(spin) = std::env::var("CELLAR_BENCH_SPIN") {
+        let (word, side) = spin.split_once(':').unwrap_or((spin.as_str(), "cellar"));
+        if label.contains(word) {
+            let (ctx, t) = if side == "parquet" {
+                (plain, "plain")
+            } else {
+                (cellar, "bench")
+            };
+            eprintln!("spinning on {side}: {label}");
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                time(ctx, &sql.replace("{t}", t)).await;
+            }
+        }
+    }
     time(cellar, &sql.replace("{t}", "bench")).await;
     time(plain, &sql.replace("{t}", "plain")).await;
     let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -76,11 +94,25 @@ fn main() {
             write_buffer_bytes: 2 << 30,
             ..Default::default()
         };
+        // Experiments: CELLAR_BENCH_GROUP_ROWS / CELLAR_BENCH_PAGE_ROWS set
+        // the segment writer's row-group and page sizes; CELLAR_BENCH_COPY_OPTIONS
+        // is appended to the COPY that writes the plain Parquet file (e.g.
+        // `OPTIONS (compression 'lz4_raw', max_row_group_size 16384)`).
+        let env_num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+        let opts = DbOptions {
+            row_group_rows: env_num("CELLAR_BENCH_GROUP_ROWS").unwrap_or(opts.row_group_rows),
+            page_rows: env_num("CELLAR_BENCH_PAGE_ROWS").unwrap_or(opts.page_rows),
+            ..opts
+        };
         let db = Database::open_with(&dir, opts).await.unwrap();
         load(&db, rows).await;
         let plain_path = dir.join("plain.parquet");
         let cellar = session_context(&db);
-        let sql = format!("COPY (SELECT * FROM bench) TO '{}'", plain_path.display());
+        let sql = format!(
+            "COPY (SELECT * FROM bench) TO '{}' {}",
+            plain_path.display(),
+            std::env::var("CELLAR_BENCH_COPY_OPTIONS").unwrap_or_default()
+        );
         cellar.sql(&sql).await.unwrap().collect().await.unwrap();
         let plain = SessionContext::new();
         plain
@@ -94,20 +126,6 @@ fn main() {
             s.segment_bytes as f64 / 1e6,
             cellar.state().config().target_partitions()
         );
-        // CELLAR_BENCH_SPIN=cellar|parquet: run the GROUP BY for 10 s first
-        // (to attach a profiler).
-        if let Ok(which) = std::env::var("CELLAR_BENCH_SPIN") {
-            let (ctx, t) = if which == "parquet" {
-                (&plain, "plain")
-            } else {
-                (&cellar, "bench")
-            };
-            eprintln!("spinning on {which}");
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(10) {
-                time(ctx, &GROUP_BY.replace("{t}", t)).await;
-            }
-        }
         compare(&cellar, &plain, "GROUP BY seller_id (compacted)", GROUP_BY).await;
         compare(&cellar, &plain, "filtered aggregate (compacted)", FILTERED).await;
 

@@ -21,11 +21,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryBuilder, BooleanArray, BooleanBuilder, Float64Builder, Int64Array, Int64Builder,
-    RecordBatch, RecordBatchOptions, StringViewBuilder, StructArray, new_null_array,
+    Array, ArrayRef, AsArray, BinaryBuilder, BooleanArray, BooleanBufferBuilder, BooleanBuilder, Float64Builder,
+    Int64Array, Int64Builder, MutableArrayData, RecordBatch, RecordBatchOptions, StringViewBuilder, StructArray,
+    make_array, new_null_array,
 };
 use arrow::compute::kernels::cmp;
-use arrow::compute::{and, filter_record_batch, interleave, is_not_null, nullif};
+use arrow::compute::{and, filter_record_batch, is_not_null, nullif};
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt8Type, UInt16Type};
 use futures::StreamExt;
 
@@ -33,10 +34,10 @@ use super::scan::MergeScan;
 use super::table::{Snapshot, TableInner};
 use crate::error::{Error, Result};
 use crate::key::{KeyRange, key_successor};
-use crate::row::{ReadOptions, RowState, visible_cells};
+use crate::row::RowState;
 use crate::segment::format::{self, ROW_DELETED};
 use crate::segment::{RowSpan, Segment, SegmentBatchStream};
-use crate::types::{Cell, PkValue, Value, ValueType};
+use crate::types::{PkValue, Value, ValueType};
 
 /// Rows per output batch.
 pub(crate) const BATCH_ROWS: usize = 8192;
@@ -201,6 +202,7 @@ pub(crate) fn pk_value_type(t: crate::types::PkType) -> ValueType {
 struct RowsBuilder {
     cols: Arc<[OutCol]>,
     builders: Vec<ColBuilder>,
+    pk_types: Vec<crate::types::PkType>,
     rows: usize,
 }
 
@@ -216,35 +218,47 @@ impl RowsBuilder {
         RowsBuilder {
             cols: cols.clone(),
             builders,
+            pk_types: table.schema.pk_types(),
             rows: 0,
         }
     }
 
-    fn push(&mut self, table: &TableInner, key: &[u8], cells: &[(String, Vec<Cell>)]) -> Result<()> {
-        let pk = if self.cols.iter().any(|c| matches!(c, OutCol::Pk(_))) {
-            Some(table.schema.decode_pk(key)?)
-        } else {
-            None
+    /// Appends the row `st` leaves visible (its newest live version of
+    /// each output column), straight from the state without copying it;
+    /// false when no row is visible. `pk`: the key's decoded values when
+    /// the caller has them.
+    fn push_state(&mut self, key: &[u8], st: &RowState, cutoff: i64, pk: Option<&[PkValue]>) -> Result<bool> {
+        // The newest version of a column is within any max_versions (>= 1),
+        // so a row exists when its marker or any column's newest version
+        // is not expired (the rule `visible_cells` applies).
+        fn live(c: &crate::row::ColumnState, cutoff: i64) -> Option<&Value> {
+            c.versions.first().filter(|(v, _)| *v >= cutoff).map(|(_, x)| x)
+        }
+        let exists = st.row_ts.is_some_and(|ts| ts >= cutoff) || st.columns.values().any(|c| live(c, cutoff).is_some());
+        if !exists {
+            return Ok(false);
+        }
+        let decoded;
+        let pk = match pk {
+            Some(pk) if !pk.is_empty() => Some(pk),
+            _ if self.cols.iter().any(|c| matches!(c, OutCol::Pk(_))) => {
+                decoded = crate::key::decode_key(key, &self.pk_types)?;
+                Some(decoded.as_slice())
+            }
+            _ => None,
         };
         for (c, b) in self.cols.iter().zip(&mut self.builders) {
             match c {
                 OutCol::Pk(i) => {
-                    if let Some(pk) = &pk {
-                        b.push_pk(&pk.columns[*i].1);
+                    if let Some(v) = pk.and_then(|pk| pk.get(*i)) {
+                        b.push_pk(v);
                     }
                 }
-                OutCol::Attr { name, .. } => {
-                    let v = cells
-                        .binary_search_by(|(n, _)| n.as_str().cmp(name))
-                        .ok()
-                        .and_then(|i| cells[i].1.first())
-                        .map(|c| &c.value);
-                    b.push(v);
-                }
+                OutCol::Attr { name, .. } => b.push(st.columns.get(name).and_then(|c| live(c, cutoff))),
             }
         }
         self.rows += 1;
-        Ok(())
+        Ok(true)
     }
 
     fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch> {
@@ -374,27 +388,22 @@ pub(crate) struct LatestScan {
 struct ScanCtx {
     table: Arc<TableInner>,
     snap: Arc<Snapshot>,
-    now_ms: i64,
+    /// Versions older than this are expired (`i64::MIN`: no TTL).
+    cutoff: i64,
+    pk_types: Vec<crate::types::PkType>,
     cols: Arc<[OutCol]>,
     schema: SchemaRef,
 }
 
 impl ScanCtx {
-    /// The latest visible cells of a merged state (`None`: no row).
-    fn visible(&self, st: &RowState) -> Option<Vec<(String, Vec<Cell>)>> {
-        visible_cells(st, self.now_ms, &self.snap.options, &ReadOptions::default())
-    }
-
     fn rows(&self) -> RowsBuilder {
         RowsBuilder::new(&self.table, &self.cols)
     }
 
-    /// Appends the row of `key` when `st` leaves one visible.
-    fn push_visible(&self, rows: &mut RowsBuilder, key: &[u8], st: &RowState) -> Result<()> {
-        match self.visible(st) {
-            Some(cells) => rows.push(&self.table, key, &cells),
-            None => Ok(()),
-        }
+    /// Appends the row of `key` when `st` leaves one visible (`pk`: the
+    /// key's decoded values, when known); true when it did.
+    fn push_visible(&self, rows: &mut RowsBuilder, key: &[u8], st: &RowState, pk: Option<&[PkValue]>) -> Result<bool> {
+        rows.push_state(key, st, self.cutoff, pk)
     }
 
     fn finish(&self, rows: &mut RowsBuilder) -> Result<RecordBatch> {
@@ -427,9 +436,10 @@ impl LatestScan {
         let pieces = plan_pieces(&snap, ranges).into();
         LatestScan {
             cx: ScanCtx {
+                cutoff: snap.options.ttl_cutoff_ms(now_ms),
+                pk_types: table.schema.pk_types(),
                 table,
                 snap,
-                now_ms,
                 cols: out.cols,
                 schema: out.schema,
             },
@@ -496,7 +506,7 @@ impl LatestScan {
 async fn point(cx: &ScanCtx, key: &[u8]) -> Result<Option<RecordBatch>> {
     let mut rows = cx.rows();
     if let Some(state) = cx.snap.get_state(key, None).await? {
-        cx.push_visible(&mut rows, key, &state)?;
+        cx.push_visible(&mut rows, key, &state, None)?;
     }
     Ok(Some(cx.finish(&mut rows)?))
 }
@@ -510,18 +520,58 @@ async fn merge_batch(scan: &mut MergeScan, cx: &ScanCtx) -> Result<Option<Record
             }
             break;
         };
-        cx.push_visible(&mut rows, &key, &state)?;
+        cx.push_visible(&mut rows, &key, &state, None)?;
     }
     Ok(Some(cx.finish(&mut rows)?))
 }
 
 /// Memtable keys placed into one batch so far: which segment rows stay,
-/// the output order (0 = segment row, 1 = merged row), and the first
-/// segment row not yet placed.
+/// where each merged row goes (before segment row `.0`; `.1` is its row
+/// in the patch batch), and the first segment row not yet placed.
 struct Placement {
-    keep: Vec<bool>,
-    order: Vec<(usize, usize)>,
+    keep: BooleanBufferBuilder,
+    inserts: Vec<(usize, usize)>,
     next: usize,
+}
+
+impl Placement {
+    fn new(keep: &BooleanArray) -> Self {
+        let bits = match keep.nulls() {
+            Some(valid) => keep.values() & valid.inner(),
+            None => keep.values().clone(),
+        };
+        let mut b = BooleanBufferBuilder::new(bits.len());
+        b.append_buffer(&bits);
+        Placement {
+            keep: b,
+            inserts: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// The output as `(source, start, end)` runs: source 0 is the segment
+    /// batch, 1 the patch batch.
+    fn runs(&mut self) -> Vec<(usize, usize, usize)> {
+        let keep = self.keep.finish();
+        let mut out = Vec::with_capacity(2 * self.inserts.len() + 1);
+        let mut ins = self.inserts.iter().peekable();
+        for (mut s, e) in keep.set_slices() {
+            while let Some(&&(pos, row)) = ins.peek() {
+                if pos >= e {
+                    break;
+                }
+                if pos > s {
+                    out.push((0, s, pos));
+                    s = pos;
+                }
+                out.push((1, row, row + 1));
+                ins.next();
+            }
+            out.push((0, s, e));
+        }
+        out.extend(ins.map(|&(_, row)| (1, row, row + 1)));
+        out
+    }
 }
 
 /// A typed key column of a batch.
@@ -540,16 +590,10 @@ enum RowKeys<'a> {
 
 impl RowKeys<'_> {
     /// The key's typed values when comparing typed columns.
-    fn decode(&self, table: &TableInner, key: &[u8]) -> Result<Vec<PkValue>> {
+    fn decode(&self, types: &[crate::types::PkType], key: &[u8]) -> Result<Vec<PkValue>> {
         Ok(match self {
             RowKeys::Encoded(_) => Vec::new(),
-            RowKeys::Typed(_) => table
-                .schema
-                .decode_pk(key)?
-                .columns
-                .into_iter()
-                .map(|(_, v)| v)
-                .collect(),
+            RowKeys::Typed(_) => crate::key::decode_key(key, types)?,
         })
     }
 
@@ -705,7 +749,7 @@ impl SingleReader {
         let paths = seg.leaf_paths().await?;
         let has_max_ts = paths.iter().any(|p| p.len() == 1 && p[0] == format::MAX_TS);
         let has_ranks = seg.meta.num_rows > seg.meta.num_keys;
-        let ttl = snap.options.ttl_cutoff_ms(cx.now_ms) > i64::MIN;
+        let ttl = cx.cutoff > i64::MIN;
         let all_live = !ttl && has_max_ts && seg.meta.dead_keys == Some(0);
         // Memtable keys are placed by comparing the typed key columns (much
         // cheaper to decode than `__pk`), unless `__pk` is read anyway.
@@ -785,7 +829,7 @@ impl SingleReader {
                         let Some((key, st)) = self.mem.buf.pop_front() else {
                             break;
                         };
-                        cx.push_visible(&mut rows, &key, &st)?;
+                        cx.push_visible(&mut rows, &key, &st, None)?;
                     }
                     if rows.rows == 0 {
                         return Ok(None);
@@ -801,7 +845,7 @@ impl SingleReader {
         let path = self.seg.meta.path.clone();
         let corrupt = |what: &str| Error::corruption(format!("segment {path}: {what}"));
         let n = batch.num_rows();
-        let cutoff = cx.snap.options.ttl_cutoff_ms(cx.now_ms);
+        let cutoff = cx.cutoff;
         // Which rows are visible rows of this segment.
         let mut keep = if self.all_live {
             BooleanArray::new(arrow::buffer::BooleanBuffer::new_set(n), None)
@@ -829,8 +873,11 @@ impl SingleReader {
                 .collect();
             keep = and(&keep, &inside)?;
         }
-        // Memtable keys within this batch's keys (or before them).
-        let mut order: Option<Vec<(usize, usize)>> = None;
+        // Memtable keys within this batch's keys (or before them): each is
+        // found by binary search (rows are in key order; a key's rank-0 row
+        // comes first), so sparse memtable keys cost O(log n) each, and
+        // nothing is allocated until one falls into this batch.
+        let mut placed: Option<Placement> = None;
         let mut patch = cx.rows();
         let keys = match pk {
             Some(pk) => Some(RowKeys::Encoded(pk)),
@@ -856,29 +903,16 @@ impl SingleReader {
         if let Some(keys) = &keys
             && n > 0
         {
-            // Rows before `next` are placed in `ord`. Each memtable key is
-            // found by binary search (rows are in key order; a key's rank-0
-            // row comes first), so sparse memtable keys cost O(log n) each.
-            // Nothing is allocated until a key falls into this batch.
-            let mut placed: Option<Placement> = None;
             loop {
                 self.mem.fill().await?;
                 let Some((k, _)) = self.mem.buf.front() else { break };
-                let dec = keys.decode(table, k)?;
+                let dec = keys.decode(&cx.pk_types, k)?;
                 if keys.row_vs(n - 1, k, &dec) == std::cmp::Ordering::Less {
                     break;
                 }
                 let Some((k, st)) = self.mem.buf.pop_front() else { break };
-                let Placement {
-                    keep: keep_v,
-                    order: ord,
-                    next,
-                } = placed.get_or_insert_with(|| Placement {
-                    keep: (0..n).map(|i| keep.value(i) && keep.is_valid(i)).collect(),
-                    order: Vec::with_capacity(n + 64),
-                    next: 0,
-                });
-                let (mut lo, mut hi) = (*next, n);
+                let p = placed.get_or_insert_with(|| Placement::new(&keep));
+                let (mut lo, mut hi) = (p.next, n);
                 while lo < hi {
                     let mid = lo + (hi - lo) / 2;
                     if keys.row_vs(mid, &k, &dec) == std::cmp::Ordering::Less {
@@ -887,10 +921,9 @@ impl SingleReader {
                         hi = mid;
                     }
                 }
-                ord.extend((*next..lo).filter(|i| keep_v[*i]).map(|i| (0, i)));
-                *next = lo;
+                p.next = lo;
                 let merged = if lo < n && keys.row_vs(lo, &k, &dec) == std::cmp::Ordering::Equal {
-                    keep_v[lo] = false;
+                    p.keep.set_bit(lo, false);
                     if st.replace {
                         st
                     } else {
@@ -903,21 +936,10 @@ impl SingleReader {
                     // Not in the segment (no older source has it).
                     st
                 };
-                let before = patch.rows;
-                cx.push_visible(&mut patch, &k, &merged)?;
-                if patch.rows > before {
-                    ord.push((1, before));
+                let row = patch.rows;
+                if cx.push_visible(&mut patch, &k, &merged, Some(&dec))? {
+                    p.inserts.push((lo, row));
                 }
-            }
-            if let Some(Placement {
-                keep: keep_v,
-                order: mut ord,
-                next,
-            }) = placed
-            {
-                ord.extend((next..n).filter(|i| keep_v[*i]).map(|i| (0, i)));
-                keep = BooleanArray::from(keep_v);
-                order = Some(ord);
             }
         }
         // The visible rows, column by column.
@@ -943,25 +965,30 @@ impl SingleReader {
             arrays,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
-        let Some(order) = order.filter(|_| patch.rows > 0) else {
+        let Some(mut placed) = placed else {
             if keep.true_count() == n && keep.null_count() == 0 {
                 return Ok(full);
             }
             return Ok(filter_record_batch(&full, &keep)?);
         };
-        // One copy: kept segment rows and merged rows, in key order.
+        // One copy: runs of kept segment rows with the merged rows between
+        // them, in key order.
         let patch = cx.finish(&mut patch)?;
+        let runs = placed.runs();
+        let total: usize = runs.iter().map(|r| r.2 - r.1).sum();
         let mut arrays = Vec::with_capacity(cols.len());
         for i in 0..cols.len() {
-            arrays.push(interleave(
-                &[full.column(i).as_ref(), patch.column(i).as_ref()],
-                &order,
-            )?);
+            let (a, b) = (full.column(i).to_data(), patch.column(i).to_data());
+            let mut m = MutableArrayData::new(vec![&a, &b], false, total);
+            for &(src, start, end) in &runs {
+                m.try_extend(src, start, end)?;
+            }
+            arrays.push(make_array(m.freeze()));
         }
         Ok(RecordBatch::try_new_with_options(
             schema.clone(),
             arrays,
-            &RecordBatchOptions::new().with_row_count(Some(order.len())),
+            &RecordBatchOptions::new().with_row_count(Some(total)),
         )?)
     }
 
