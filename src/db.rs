@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{GetRow, RowWrite};
 use crate::engine::commit::{self, CommitHost, CommitMsg, PendingWrite};
+use crate::engine::compact;
 use crate::engine::flush::{self, FlushEnv};
 use crate::engine::table::TableInner;
 use crate::engine::validate;
@@ -70,8 +71,10 @@ pub(crate) struct Shared {
     me: Weak<Shared>,
     /// Set when the database handle is closed: no new flush starts.
     closed: AtomicBool,
-    /// Background flushes started and not finished.
-    flushes_in_flight: AtomicUsize,
+    /// Background flushes and compactions started and not finished.
+    background_in_flight: AtomicUsize,
+    /// Permits for background compactions (`max_background_compactions`).
+    compaction_slots: tokio::sync::Semaphore,
     /// The directory lock; released when the last flush task lets go of
     /// `Shared`, so no other process can open the directory under it.
     _lock: File,
@@ -93,10 +96,10 @@ impl CommitHost for Shared {
         let Some(shared) = self.me.upgrade() else {
             return;
         };
-        shared.flushes_in_flight.fetch_add(1, Ordering::AcqRel);
+        shared.background_in_flight.fetch_add(1, Ordering::AcqRel);
         self.runtime.spawn(async move {
             shared.flush_now(&table).await;
-            shared.flushes_in_flight.fetch_sub(1, Ordering::AcqRel);
+            shared.background_in_flight.fetch_sub(1, Ordering::AcqRel);
         });
     }
 
@@ -110,6 +113,14 @@ impl CommitHost for Shared {
 
     fn stall_micros(&self) -> &AtomicU64 {
         &self.stall_micros
+    }
+
+    fn stall_runs(&self) -> usize {
+        if self.options.auto_compaction {
+            self.options.compaction_stall_runs.max(self.options.compaction_trigger_runs)
+        } else {
+            usize::MAX
+        }
     }
 }
 
@@ -130,6 +141,61 @@ impl Shared {
         if let Some(tx) = self.commit_tx.get().and_then(|w| w.upgrade()) {
             let _ = tx.send(CommitMsg::FlushDone).await;
         }
+        self.schedule_compaction(table.clone());
+    }
+
+    /// Starts a background task that compacts the table as long as the
+    /// policy asks for it, unless one is already queued for it.
+    pub(crate) fn schedule_compaction(&self, table: Arc<TableInner>) {
+        if !self.options.auto_compaction || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        // Most flushes leave nothing to do: spawn nothing then.
+        let cutoff = table.options.read().ttl_cutoff_ms(self.options.clock.now_ms());
+        let segs = table.state.read().segments.clone();
+        if compact::choose(&segs, compact::Pick::Auto, self.options.compaction_trigger_runs, cutoff).is_none()
+            || table.compaction_queued.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let Some(shared) = self.me.upgrade() else {
+            table.compaction_queued.store(false, Ordering::Release);
+            return;
+        };
+        shared.background_in_flight.fetch_add(1, Ordering::AcqRel);
+        self.runtime.spawn(async move {
+            if let Ok(_slot) = shared.compaction_slots.acquire().await {
+                loop {
+                    // Cleared before each step: a flush finishing meanwhile
+                    // queues another task instead of being missed.
+                    table.compaction_queued.store(false, Ordering::Release);
+                    if shared.closed.load(Ordering::Acquire) || table.dropped.load(Ordering::Acquire) {
+                        break;
+                    }
+                    match shared.compact(&table, compact::Pick::Auto).await {
+                        Ok(true) => *table.last_compaction_error.lock() = None,
+                        Ok(false) => break,
+                        Err(e) => {
+                            eprintln!("cellar: compaction of table '{}' failed: {e}", table.schema.name);
+                            *table.last_compaction_error.lock() = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+            }
+            shared.background_in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+
+    pub(crate) async fn compact(&self, table: &Arc<TableInner>, pick: compact::Pick) -> Result<bool> {
+        let p = compact::CompactParams {
+            env: &self.flush_env,
+            now_ms: self.options.clock.now_ms(),
+            output_bytes: self.options.compaction_segment_bytes,
+            trigger_runs: self.options.compaction_trigger_runs,
+            cancel: Some(&self.closed),
+        };
+        compact::compact(table, pick, &p).await
     }
 }
 
@@ -291,6 +357,7 @@ impl Database {
             },
         };
         let durability = options.durability;
+        let compaction_slots = tokio::sync::Semaphore::new(options.max_background_compactions.max(1));
         let shared = Arc::new_cyclic(|me| Shared {
             options,
             flush_env,
@@ -301,7 +368,8 @@ impl Database {
             commit_tx: OnceLock::new(),
             me: me.clone(),
             closed: AtomicBool::new(false),
-            flushes_in_flight: AtomicUsize::new(0),
+            background_in_flight: AtomicUsize::new(0),
+            compaction_slots,
             _lock: lock,
         });
         let (tx, rx) = mpsc::channel(4096);
@@ -311,6 +379,28 @@ impl Database {
             .name("cellar-commit".into())
             .spawn(move || commit::run(host, wal, max_seq + 1, rx))
             .map_err(|e| Error::io("start the committer thread", e))?;
+        if shared.options.auto_compaction {
+            // Tables with a TTL: data expires without any write, so look
+            // for wholly expired segments now and then.
+            let weak = Arc::downgrade(&shared);
+            let every = shared.options.compaction_check_interval.max(std::time::Duration::from_millis(10));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let Some(shared) = weak.upgrade() else { break };
+                    if shared.closed.load(Ordering::Acquire) {
+                        break;
+                    }
+                    for t in shared.live_tables() {
+                        if t.options.read().ttl_secs > 0 {
+                            shared.schedule_compaction(t);
+                        }
+                    }
+                }
+            });
+        }
         if let wal::Durability::IntervalMs(ms) = durability {
             let weak = tx.downgrade();
             tokio::spawn(async move {
@@ -345,7 +435,7 @@ impl Database {
     pub async fn close(self) -> Result<()> {
         let shared = self.inner.shared.clone();
         shared.closed.store(true, Ordering::Release);
-        while shared.flushes_in_flight.load(Ordering::Acquire) > 0 {
+        while shared.background_in_flight.load(Ordering::Acquire) > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         let inner = self.inner;
@@ -594,7 +684,13 @@ impl DbInner {
         if let Some(tx) = self.shared.commit_tx.get().and_then(|w| w.upgrade()) {
             let _ = tx.send(CommitMsg::FlushDone).await;
         }
+        self.shared.schedule_compaction(t.clone());
         Ok(())
+    }
+
+    /// Runs one compaction of the table now (see [`compact::Pick`]).
+    pub(crate) async fn compact_table(&self, t: &Arc<TableInner>, pick: compact::Pick) -> Result<bool> {
+        self.shared.compact(t, pick).await
     }
 
     pub(crate) fn shared(&self) -> &Shared {

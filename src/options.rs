@@ -25,9 +25,26 @@ pub struct DbOptions {
     pub row_group_rows: usize,
     /// Rows per segment data page. Defaults to 256.
     pub page_rows: usize,
-    /// Output segments of a compaction are cut past this many bytes.
-    /// Defaults to 128 MiB.
+    /// Output segments of a compaction are cut past this many bytes; a
+    /// compaction holds about one output segment in memory. Defaults to
+    /// 128 MiB.
     pub compaction_segment_bytes: usize,
+    /// Compact in the background without being asked. Defaults to true.
+    pub auto_compaction: bool,
+    /// A table is compacted in the background once its segments form this
+    /// many sorted runs (each flush adds one). Defaults to 4.
+    pub compaction_trigger_runs: usize,
+    /// Writers stall while a table has more runs than this (background
+    /// compaction has fallen behind); they wait at most 30 s per write
+    /// group, so a failing compaction slows writes but never stops them.
+    /// Only with `auto_compaction`. Defaults to 24.
+    pub compaction_stall_runs: usize,
+    /// Background compactions running at once, over all tables. Defaults
+    /// to 1.
+    pub max_background_compactions: usize,
+    /// How often tables with a TTL are checked for segments whose data has
+    /// all expired (then compacted away). Defaults to 60 s.
+    pub compaction_check_interval: std::time::Duration,
     /// The time source. Defaults to the system clock.
     pub clock: Arc<dyn Clock>,
     /// Where catalog, manifests and segments live. Defaults to `None`: a
@@ -50,6 +67,11 @@ impl Default for DbOptions {
             row_group_rows: 16 * 1024,
             page_rows: 256,
             compaction_segment_bytes: 128 << 20,
+            auto_compaction: true,
+            compaction_trigger_runs: 4,
+            compaction_stall_runs: 24,
+            max_background_compactions: 1,
+            compaction_check_interval: std::time::Duration::from_secs(60),
             clock: Arc::new(SystemClock),
             object_store: None,
             wal_opener: Arc::new(OsWalOpener),

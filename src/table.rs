@@ -37,8 +37,17 @@ pub struct TableStats {
     pub flushes: u64,
     pub flush_bytes: u64,
     pub compactions: u64,
+    /// Bytes written by compactions.
     pub compaction_bytes: u64,
+    /// Bytes of segments compactions merged.
+    pub compaction_read_bytes: u64,
+    /// Sorted runs the segments form (reads merge across runs).
+    pub runs: usize,
+    /// Time writers of the whole database spent stalled (write buffer full
+    /// or compaction behind), in microseconds.
+    pub write_stall_micros: u64,
     pub last_flush_error: Option<String>,
+    pub last_compaction_error: Option<String>,
 }
 
 impl Table {
@@ -210,14 +219,32 @@ impl Table {
     /// beyond `max_versions`. Waits until done.
     pub async fn compact(&self) -> Result<()> {
         self.flush().await?;
-        let opts = &self.db.shared().options;
-        compact::compact_all(
-            &self.db.shared().flush_env,
-            &self.inner,
-            self.db.now_ms(),
-            opts.compaction_segment_bytes,
-        )
-        .await
+        // A compaction gives up when the table's options change while it
+        // runs (it may have dropped versions the new options show).
+        for _ in 0..3 {
+            if self.db.compact_table(&self.inner, compact::Pick::Full).await? {
+                return Ok(());
+            }
+            self.check_live()?;
+            if self.inner.state.read().segments.is_empty() {
+                return Ok(());
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Io,
+            format!(
+                "compaction of table '{}' was given up three times because its options kept changing; retry",
+                self.inner.schema.name
+            ),
+        ))
+    }
+
+    /// Merges the newest `runs` sorted runs only (what the background
+    /// policy does a step at a time); for tests and tools.
+    #[doc(hidden)]
+    pub async fn compact_newest(&self, runs: usize) -> Result<bool> {
+        self.check_live()?;
+        self.db.compact_table(&self.inner, compact::Pick::Newest(runs)).await
     }
 
     /// Storage counters.
@@ -233,7 +260,11 @@ impl Table {
             flush_bytes: self.inner.stats.flush_bytes.load(Relaxed),
             compactions: self.inner.stats.compactions.load(Relaxed),
             compaction_bytes: self.inner.stats.compaction_bytes.load(Relaxed),
+            compaction_read_bytes: self.inner.stats.compaction_read_bytes.load(Relaxed),
+            runs: compact::runs(&st.segments).len(),
+            write_stall_micros: self.db.shared().stall_micros.load(Relaxed),
             last_flush_error: self.inner.last_flush_error.lock().clone(),
+            last_compaction_error: self.inner.last_compaction_error.lock().clone(),
         }
     }
 }

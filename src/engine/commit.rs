@@ -58,6 +58,8 @@ pub(crate) trait CommitHost: Send + Sync + 'static {
     fn write_buffer_bytes(&self) -> usize;
     /// Counts time writers spent stalled, in microseconds.
     fn stall_micros(&self) -> &AtomicU64;
+    /// Writers stall while a table has more sorted runs than this.
+    fn stall_runs(&self) -> usize;
 }
 
 /// Most bytes of WAL payload in one group.
@@ -214,12 +216,20 @@ fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
 }
 
 /// Holds the committer back while unflushed data exceeds the write buffer
-/// budget, so memory stays bounded; gives up waiting after a while so that
-/// a stuck flush slows writers down instead of stopping them for good.
+/// budget (so memory stays bounded) or a table has more sorted runs than
+/// the stall limit (background compaction has fallen behind, and reads
+/// would slow down); gives up waiting after a while so that a stuck flush
+/// or compaction slows writers down instead of stopping them for good.
 fn stall_if_over_budget(host: &dyn CommitHost) {
     let budget = host.write_buffer_bytes();
+    let max_runs = host.stall_runs();
     let start = Instant::now();
-    while host.live_tables().iter().map(|t| t.unflushed_bytes()).sum::<usize>() > budget {
+    let over = || {
+        let tables = host.live_tables();
+        tables.iter().map(|t| t.unflushed_bytes()).sum::<usize>() > budget
+            || (max_runs < usize::MAX && tables.iter().any(|t| t.run_count() > max_runs))
+    };
+    while over() {
         if start.elapsed() > Duration::from_secs(30) {
             break;
         }

@@ -1,149 +1,441 @@
-//! Full compaction: every segment of a table merged into new, non-
-//! overlapping segments, dropping what no read can see any more.
+//! Compaction: segments merged into non-overlapping sorted runs, dropping
+//! what no read can see any more.
 //!
-//! Because the merge covers every segment (nothing older exists outside
-//! it), it may drop tombstones, replaced and deleted rows, versions past
-//! the TTL and versions beyond `max_versions`. After that, raising the TTL
-//! or `max_versions` does not bring those versions back (SPEC section 2).
+//! A table's segments form **sorted runs**, oldest first: a flushed segment
+//! is a run of its own; the outputs of one compaction form one run (they do
+//! not overlap each other). Reads merge only where runs overlap, so fewer
+//! runs mean cheaper reads; merging costs writes. The automatic policy is
+//! size-tiered ("universal"): once a table has `trigger_runs` runs, it
+//! merges the newest runs, taking in each next older run while that run is
+//! not larger than everything taken so far. Each byte is then rewritten
+//! about log2(table size / flush size) times.
+//!
+//! A compaction merges a contiguous span of the list that ends at the
+//! newest segment (segments flushed while it runs are newer still and stay
+//! after its outputs), so the order between its inputs and every other
+//! segment is kept. What it may drop:
+//! - versions past the TTL and beyond `max_versions`, always: no older
+//!   source can make them visible again (SPEC section 2: after that, raising
+//!   the option does not bring them back);
+//! - tombstones, deleted rows and the "replaces older sources" mark of a
+//!   key only when no segment older than the inputs covers that key;
+//!   otherwise they stay, or deleted data would come back.
+//!
+//! Inputs are read through the same k-way merge as GetRange and written
+//! with a streaming segment builder, a chunk of keys at a time, so memory
+//! is about one output segment (`DbOptions::compaction_segment_bytes`) plus
+//! a chunk. The merge holds no lock that flushes or writes wait for: only
+//! the commit (a manifest version swapping inputs for outputs) takes the
+//! table's manifest lock. A failure before the commit deletes the outputs
+//! written so far and leaves the table as it was.
 
+use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use object_store::ObjectStoreExt;
 
 use super::flush::{FlushEnv, put_durable, sync_object};
 use super::scan::MergeScan;
 use super::table::{Snapshot, TableInner};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::KeyRange;
 use crate::row::{ColumnState, RowState};
 use crate::schema::TableOptions;
-use crate::segment::{Segment, SegmentMeta, write_segment};
+use crate::segment::format::TypeSet;
+use crate::segment::{Segment, SegmentBuilder, SegmentMeta};
 
-/// Merges all segments of `table` (call after a flush). Holds the table's
-/// manifest lock, so flushes of this table wait; writes go on.
-pub(crate) async fn compact_all(
-    env: &FlushEnv,
-    table: &Arc<TableInner>,
-    now_ms: i64,
-    output_bytes: usize,
-) -> Result<()> {
-    let mut manifest = table.manifest.lock().await;
-    let inputs = table.state.read().segments.clone();
-    if inputs.is_empty() {
-        return Ok(());
+/// Which segments a compaction merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// Every segment (`cellar compact`, `Table::compact`).
+    Full,
+    /// What the size-tiered policy asks for, if anything.
+    Auto,
+    /// The newest `n` runs (tests and tools).
+    #[allow(dead_code)]
+    Newest(usize),
+}
+
+/// How one compaction is run.
+pub(crate) struct CompactParams<'a> {
+    pub env: &'a FlushEnv,
+    pub now_ms: i64,
+    /// Output segments are cut past this size.
+    pub output_bytes: usize,
+    /// The automatic policy merges once a table has this many runs.
+    pub trigger_runs: usize,
+    /// Set when the database closes: the compaction stops and cleans up.
+    pub cancel: Option<&'a AtomicBool>,
+}
+
+/// The runs of a segment list (oldest first) as index spans.
+pub(crate) fn runs(segs: &[Arc<Segment>]) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (i, s) in segs.iter().enumerate() {
+        match out.last_mut() {
+            Some(r) if segs[r.start].meta.run_id() == s.meta.run_id() => r.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
     }
+    out
+}
+
+/// The span of `segs` to merge, if any.
+pub(crate) fn choose(segs: &[Arc<Segment>], pick: Pick, trigger_runs: usize, cutoff: i64) -> Option<Range<usize>> {
+    if segs.is_empty() {
+        return None;
+    }
+    let runs = runs(segs);
+    let from_run = |k: usize| runs[runs.len() - k].start..segs.len();
+    match pick {
+        Pick::Full => Some(0..segs.len()),
+        Pick::Newest(n) => (n >= 1).then(|| from_run(n.min(runs.len()))),
+        Pick::Auto => {
+            // A segment whose every value has expired: a full merge drops
+            // it (older sources may hold what its tombstones mask).
+            if cutoff > i64::MIN
+                && segs
+                    .iter()
+                    .any(|s| s.meta.max_ts.is_some_and(|t| t > i64::MIN && t < cutoff))
+            {
+                return Some(0..segs.len());
+            }
+            if runs.len() < trigger_runs.max(2) {
+                return None;
+            }
+            let size = |r: &Range<usize>| segs[r.clone()].iter().map(|s| s.meta.size_bytes).sum::<u64>();
+            let mut taken = size(&runs[runs.len() - 1]);
+            let mut k = 1;
+            while k < runs.len() {
+                let next = size(&runs[runs.len() - 1 - k]);
+                if next > taken {
+                    break;
+                }
+                taken += next;
+                k += 1;
+            }
+            if k < 2 {
+                // No size-balanced span: merge enough of the newest runs to
+                // get back under the trigger.
+                k = (runs.len() + 2 - trigger_runs.max(2)).clamp(2, runs.len());
+            }
+            Some(from_run(k))
+        }
+    }
+}
+
+/// Sorted, disjoint key intervals (inclusive) covered by `segs`.
+fn covered(segs: &[Arc<Segment>]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    merge_intervals(segs.iter().map(|s| (s.min_key.clone(), s.max_key.clone())).collect())
+}
+
+fn merge_intervals(mut v: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    v.sort();
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for (lo, hi) in v {
+        match out.last_mut() {
+            Some(last) if lo <= last.1 => {
+                if hi > last.1 {
+                    last.1 = hi;
+                }
+            }
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+fn is_covered(intervals: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> bool {
+    let i = intervals.partition_point(|(lo, _)| lo.as_slice() <= key);
+    i > 0 && key <= intervals[i - 1].1.as_slice()
+}
+
+/// Keys handed to the segment builder at a time (off the async threads).
+const CHUNK_KEYS: usize = 1024;
+
+/// Runs one compaction of `table`. Returns false when there was nothing to
+/// do, or the compaction was given up (cancelled, table dropped, options
+/// changed meanwhile) and left no trace.
+pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactParams<'_>) -> Result<bool> {
+    // One compaction per table at a time.
+    let _running = table.compaction.lock().await;
+    let segs = table.state.read().segments.clone();
     let options = *table.options.read();
+    let cutoff = options.ttl_cutoff_ms(p.now_ms);
+    let Some(span) = choose(&segs, pick, p.trigger_runs, cutoff) else {
+        return Ok(false);
+    };
+    let inputs: Vec<Arc<Segment>> = segs[span.clone()].to_vec();
+    let older = covered(&segs[..span.start]);
+    let mut outputs: Vec<SegmentMeta> = Vec::new();
+    let merged = merge(table, &inputs, &older, &options, cutoff, p, &mut outputs).await;
+    let committed = match merged {
+        Ok(true) => commit(table, &inputs, &options, &mut outputs, p.env).await,
+        Ok(false) => Ok(false),
+        Err(e) => Err(e),
+    };
+    if !matches!(committed, Ok(true)) {
+        // Nothing references the outputs: remove them (an open also deletes
+        // files no manifest names, should this fail).
+        for m in &outputs {
+            let _ = p.env.store.delete(&object_store::path::Path::from(m.path.as_str())).await;
+        }
+    }
+    committed
+}
+
+/// Merges `inputs` into new segment files (listed in `outputs` as they are
+/// written). False: cancelled.
+async fn merge(
+    table: &Arc<TableInner>,
+    inputs: &[Arc<Segment>],
+    older: &[(Vec<u8>, Vec<u8>)],
+    options: &TableOptions,
+    cutoff: i64,
+    p: &CompactParams<'_>,
+    outputs: &mut Vec<SegmentMeta>,
+) -> Result<bool> {
     let snap = Snapshot {
         seq: u64::MAX,
         memtables: Vec::new(),
-        segments: inputs.clone(),
-        options,
+        segments: Arc::new(inputs.to_vec()),
+        options: *options,
     };
     let mut scan = MergeScan::new(&snap, KeyRange::all(), false, None);
-    let mut next = manifest.1.clone();
-    let min_seq = inputs.iter().map(|s| s.meta.min_seq).min().unwrap_or(0);
-    let max_seq = inputs.iter().map(|s| s.meta.max_seq).max().unwrap_or(0);
-    let mut outputs: Vec<SegmentMeta> = Vec::new();
-    let mut pending: Vec<(Vec<u8>, RowState)> = Vec::new();
-    let mut pending_bytes = 0usize;
-    loop {
-        let item = scan.next().await?;
-        let done = item.is_none();
-        if let Some((key, st)) = item
-            && let Some(st) = collect_garbage(st, now_ms, &options)
-        {
-            pending_bytes += approx_state_bytes(&key, &st);
-            pending.push((key, st));
-        }
-        if (done && !pending.is_empty()) || pending_bytes >= output_bytes {
-            let states = std::mem::take(&mut pending);
-            pending_bytes = 0;
-            let schema = table.schema.clone();
-            let opts = env.segment_options;
-            let (bytes, mut meta) =
-                tokio::task::spawn_blocking(move || write_segment(&schema, &states, (min_seq, max_seq), opts))
-                    .await
-                    .map_err(|e| crate::Error::io("compaction task", e))??;
-            meta.id = next.next_segment_id;
-            meta.path = format!("tables/{}/segments/{:020}.parquet", table.id, meta.id);
-            next.next_segment_id += 1;
-            table
-                .stats
-                .compaction_bytes
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            put_durable(env, &meta.path, bytes).await?;
-            outputs.push(meta);
-        }
-        if done {
-            break;
+    let seq_range = (
+        inputs.iter().map(|s| s.meta.min_seq).min().unwrap_or(0),
+        inputs.iter().map(|s| s.meta.max_seq).max().unwrap_or(0),
+    );
+    let mut columns: Vec<(String, TypeSet)> = Vec::new();
+    for s in inputs {
+        for (name, types) in &s.meta.columns {
+            match columns.binary_search_by(|(n, _)| n.cmp(name)) {
+                Ok(i) => columns[i].1 = TypeSet(columns[i].1.0 | types.0),
+                Err(i) => columns.insert(i, (name.clone(), *types)),
+            }
         }
     }
-    // Segments flushed meanwhile are newer than every input: keep them after.
-    let input_ids: Vec<u64> = inputs.iter().map(|s| s.meta.id).collect();
+    let expected_keys = inputs.iter().map(|s| s.meta.num_keys as usize).sum::<usize>();
+    let opts = p.env.segment_options;
+    let mut builder: Option<SegmentBuilder> = None;
+    let mut chunk: Vec<(Vec<u8>, RowState)> = Vec::with_capacity(CHUNK_KEYS);
+    let mut run: Option<u64> = None;
+    loop {
+        if p.cancel.is_some_and(|c| c.load(Ordering::Acquire)) || table.dropped.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let item = scan.next().await?;
+        let done = item.is_none();
+        if let Some((key, st)) = item {
+            let keep_tombstones = is_covered(older, &key);
+            if let Some(st) = collect_garbage(st, cutoff, options.max_versions, keep_tombstones) {
+                chunk.push((key, st));
+            }
+        }
+        if chunk.len() >= CHUNK_KEYS || (done && !chunk.is_empty()) {
+            let mut b = match builder.take() {
+                Some(b) => b,
+                None => SegmentBuilder::new(&table.schema, columns.clone(), opts, expected_keys)?,
+            };
+            let states = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_KEYS));
+            let b = blocking(move || {
+                for (k, st) in &states {
+                    b.push(k, st)?;
+                }
+                Ok(b)
+            })
+            .await?;
+            builder = Some(b);
+        }
+        if builder.as_ref().is_some_and(|b| done || b.approx_bytes() >= p.output_bytes) {
+            let b = builder.take().expect("checked above");
+            let (bytes, mut meta) = blocking(move || b.finish(seq_range)).await?;
+            // Reserve an id: the next manifest version records the counter;
+            // a crash before that leaves an orphan that the next open deletes.
+            meta.id = {
+                let mut m = table.manifest.lock().await;
+                m.1.next_segment_id += 1;
+                m.1.next_segment_id - 1
+            };
+            meta.path = format!("tables/{}/segments/{:020}.parquet", table.id, meta.id);
+            meta.run = Some(*run.get_or_insert(meta.id));
+            let size = bytes.len() as u64;
+            outputs.push(meta.clone());
+            put_durable(p.env, &meta.path, bytes).await?;
+            table.stats.compaction_bytes.fetch_add(size, Ordering::Relaxed);
+        }
+        if done {
+            return Ok(true);
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::io("compaction task", e))?
+}
+
+/// Swaps `inputs` for `outputs` in a new manifest version, then in memory.
+/// False (nothing changed) when the table was dropped or its options were
+/// changed since the merge started (it may have dropped versions the new
+/// options show; the next compaction redoes it).
+async fn commit(
+    table: &Arc<TableInner>,
+    inputs: &[Arc<Segment>],
+    options: &TableOptions,
+    outputs: &mut [SegmentMeta],
+    env: &FlushEnv,
+) -> Result<bool> {
+    let mut manifest = table.manifest.lock().await;
+    if table.dropped.load(Ordering::Acquire) || *table.options.read() != *options {
+        return Ok(false);
+    }
+    let input_ids: HashSet<u64> = inputs.iter().map(|s| s.meta.id).collect();
+    let mut next = manifest.1.clone();
+    let pos = next
+        .segments
+        .iter()
+        .position(|s| input_ids.contains(&s.id))
+        .ok_or_else(|| Error::corruption("compaction inputs are missing from the manifest"))?;
     next.segments.retain(|s| !input_ids.contains(&s.id));
-    let newer = std::mem::take(&mut next.segments);
-    next.segments = outputs.clone();
-    next.segments.extend(newer);
+    next.segments.splice(pos..pos, outputs.iter().cloned());
     let version = manifest.0 + 1;
     table.manifest_log.commit(&*env.store, version, &next).await?;
     sync_object(env, table.manifest_log.path(version).as_ref()).await?;
     *manifest = (version, next);
     {
         let mut st = table.state.write();
-        let mut segs: Vec<Arc<Segment>> = outputs
-            .into_iter()
-            .map(|m| Arc::new(Segment::new(m, env.store.clone(), env.local_root.as_deref())))
-            .collect();
-        segs.extend(st.segments.iter().filter(|s| !input_ids.contains(&s.meta.id)).cloned());
+        let mut segs: Vec<Arc<Segment>> = Vec::with_capacity(st.segments.len());
+        let mut placed = false;
+        for s in st.segments.iter() {
+            if input_ids.contains(&s.meta.id) {
+                if !placed {
+                    segs.extend(
+                        outputs
+                            .iter()
+                            .map(|m| Arc::new(Segment::new(m.clone(), env.store.clone(), env.local_root.as_deref()))),
+                    );
+                    placed = true;
+                }
+            } else {
+                segs.push(s.clone());
+            }
+        }
         st.segments = Arc::new(segs);
     }
     // Inputs are deleted once the last reader holding them lets go.
-    for seg in inputs.iter() {
+    for seg in inputs {
         seg.mark_obsolete();
     }
+    let read: u64 = inputs.iter().map(|s| s.meta.size_bytes).sum();
+    table.stats.compaction_read_bytes.fetch_add(read, Ordering::Relaxed);
     table.stats.compactions.fetch_add(1, Ordering::Relaxed);
-    Ok(())
+    Ok(true)
 }
 
-/// The state with everything invisible removed, or `None` when nothing
-/// visible is left. Only valid when no older source exists.
-fn collect_garbage(st: RowState, now_ms: i64, opts: &TableOptions) -> Option<RowState> {
-    let cutoff = opts.ttl_cutoff_ms(now_ms);
+/// The state with everything no read can see removed, or `None` when
+/// nothing is left to record. `keep_tombstones`: an older segment outside
+/// the merge may hold this key, so deletions and the "replaces older
+/// sources" mark stay.
+fn collect_garbage(st: RowState, cutoff: i64, max_versions: u32, keep_tombstones: bool) -> Option<RowState> {
     let row_ts = st.row_ts.filter(|ts| *ts >= cutoff);
     let mut columns = std::collections::BTreeMap::new();
     for (name, col) in st.columns {
         let versions: Vec<_> = col
             .versions
             .into_iter()
-            .take(opts.max_versions as usize)
+            .take(max_versions as usize)
             .take_while(|(v, _)| *v >= cutoff)
             .collect();
-        if !versions.is_empty() {
-            columns.insert(
-                name,
-                ColumnState {
-                    versions,
-                    delete_all: false,
-                    deleted: Vec::new(),
-                },
-            );
+        let col = if keep_tombstones {
+            ColumnState {
+                versions,
+                delete_all: col.delete_all,
+                deleted: col.deleted,
+            }
+        } else {
+            ColumnState {
+                versions,
+                delete_all: false,
+                deleted: Vec::new(),
+            }
+        };
+        if !col.versions.is_empty() || col.delete_all || !col.deleted.is_empty() {
+            columns.insert(name, col);
         }
     }
-    if columns.is_empty() && row_ts.is_none() {
+    let replace = keep_tombstones && st.replace;
+    if columns.is_empty() && row_ts.is_none() && !replace {
         return None;
     }
     Some(RowState {
         seq: st.seq,
-        replace: false,
+        replace,
         row_ts,
         columns,
     })
 }
 
-fn approx_state_bytes(key: &[u8], st: &RowState) -> usize {
-    key.len()
-        + 64
-        + st.columns
-            .iter()
-            .map(|(n, c)| n.len() + c.versions.iter().map(|(_, v)| 24 + v.data_len()).sum::<usize>())
-            .sum::<usize>()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Value;
+
+    fn state(replace: bool, versions: &[i64], deleted: &[i64]) -> RowState {
+        let mut st = RowState {
+            seq: 1,
+            replace,
+            row_ts: None,
+            columns: Default::default(),
+        };
+        st.columns.insert(
+            "c".into(),
+            ColumnState {
+                versions: versions.iter().map(|v| (*v, Value::Integer(*v))).collect(),
+                delete_all: false,
+                deleted: deleted.to_vec(),
+            },
+        );
+        st
+    }
+
+    #[test]
+    fn garbage_rules_depend_on_older_sources() {
+        // Beyond max_versions and expired versions go either way.
+        let st = collect_garbage(state(false, &[30, 20, 10], &[]), 15, 3, true).unwrap();
+        assert_eq!(st.columns["c"].versions.len(), 2);
+        let st = collect_garbage(state(false, &[30, 20, 10], &[]), i64::MIN, 1, false).unwrap();
+        assert_eq!(st.columns["c"].versions.len(), 1);
+        // A version tombstone stays while an older source may hold the key.
+        let st = collect_garbage(state(false, &[], &[5]), i64::MIN, 1, true).unwrap();
+        assert_eq!(st.columns["c"].deleted, vec![5]);
+        assert!(collect_garbage(state(false, &[], &[5]), i64::MIN, 1, false).is_none());
+        // A deleted row (replace, nothing left) stays as a delete marker.
+        let mut del = state(true, &[], &[]);
+        del.columns.clear();
+        assert!(collect_garbage(del.clone(), i64::MIN, 1, true).unwrap().replace);
+        assert!(collect_garbage(del, i64::MIN, 1, false).is_none());
+        // A replacing row whose values all expired still hides older ones.
+        let st = collect_garbage(state(true, &[10], &[]), 20, 1, true).unwrap();
+        assert!(st.replace && st.columns.is_empty());
+    }
+
+    #[test]
+    fn covered_merges_intervals() {
+        let iv = vec![
+            (b"a".to_vec(), b"c".to_vec()),
+            (b"b".to_vec(), b"d".to_vec()),
+            (b"x".to_vec(), b"y".to_vec()),
+        ];
+        let out = merge_intervals(iv);
+        assert_eq!(out.len(), 2);
+        assert!(is_covered(&out, b"bb"));
+        assert!(is_covered(&out, b"d"));
+        assert!(!is_covered(&out, b"e"));
+        assert!(!is_covered(&out, b"0"));
+        assert!(is_covered(&out, b"x"));
+    }
 }

@@ -40,6 +40,11 @@ pub(crate) struct TableInner {
     pub dropped: AtomicBool,
     pub stats: TableStats,
     pub last_flush_error: Mutex<Option<String>>,
+    pub last_compaction_error: Mutex<Option<String>>,
+    /// Held by the running compaction of this table (one at a time).
+    pub compaction: tokio::sync::Mutex<()>,
+    /// A background compaction task is queued or running for this table.
+    pub compaction_queued: AtomicBool,
 }
 
 #[derive(Default)]
@@ -47,7 +52,10 @@ pub(crate) struct TableStats {
     pub flushes: AtomicU64,
     pub flush_bytes: AtomicU64,
     pub compactions: AtomicU64,
+    /// Bytes of segments written by compactions.
     pub compaction_bytes: AtomicU64,
+    /// Bytes of segments compactions merged (their inputs).
+    pub compaction_read_bytes: AtomicU64,
 }
 
 /// A consistent view of one table for one read.
@@ -92,6 +100,9 @@ impl TableInner {
             dropped: AtomicBool::new(false),
             stats: TableStats::default(),
             last_flush_error: Mutex::new(None),
+            last_compaction_error: Mutex::new(None),
+            compaction: tokio::sync::Mutex::new(()),
+            compaction_queued: AtomicBool::new(false),
         }
     }
 
@@ -123,6 +134,11 @@ impl TableInner {
             .chain(std::iter::once(&st.active))
             .filter_map(|m| m.min_seq())
             .min()
+    }
+
+    /// How many sorted runs the table's segments form.
+    pub fn run_count(&self) -> usize {
+        super::compact::runs(&self.state.read().segments).len()
     }
 
     pub fn unflushed_bytes(&self) -> usize {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Fields, Schema};
 
 use crate::schema::TableSchema;
-use crate::types::{PkType, Value};
+use crate::types::PkType;
 
 pub(crate) const PK: &str = "__pk";
 pub(crate) const SEQ: &str = "__seq";
@@ -56,20 +56,6 @@ pub(crate) const VALUE_CHILDREN: [(u8, &str, DataType); 5] = [
 ];
 
 impl TypeSet {
-    pub fn bit(v: &Value) -> u8 {
-        match v {
-            Value::Integer(_) => 1,
-            Value::Double(_) => 2,
-            Value::String(_) => 4,
-            Value::Binary(_) => 8,
-            Value::Boolean(_) => 16,
-        }
-    }
-
-    pub fn add(&mut self, v: &Value) {
-        self.0 |= Self::bit(v);
-    }
-
     pub fn has(&self, bit: u8) -> bool {
         self.0 & bit != 0
     }

@@ -10,7 +10,7 @@ mod reader;
 mod writer;
 
 pub(crate) use reader::{RowSpan, SegmentBatchStream, SegmentCursor};
-pub(crate) use writer::{SegmentBuilder, SegmentWriteOptions, write_segment};
+pub(crate) use writer::{SegmentBuilder, SegmentWriteOptions};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,9 +50,24 @@ pub(crate) struct SegmentMeta {
     /// reading `__row` and `__max_ts`. `None` for older segments.
     #[serde(default)]
     pub dead_keys: Option<u64>,
+    /// The newest version or row marker in the segment (`i64::MIN`: none);
+    /// once it is past the TTL, every value in the segment has expired.
+    /// `None` for older segments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ts: Option<i64>,
+    /// The sorted run the segment belongs to: the outputs of one compaction
+    /// share it (they do not overlap each other). `None`: a run of its own
+    /// (a flushed segment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<u64>,
 }
 
 impl SegmentMeta {
+    /// The sorted run this segment belongs to.
+    pub fn run_id(&self) -> u64 {
+        self.run.unwrap_or(self.id)
+    }
+
     pub fn key_bounds(&self) -> (Vec<u8>, Vec<u8>) {
         (hex_decode(&self.min_key), hex_decode(&self.max_key))
     }

@@ -44,8 +44,8 @@ impl Default for SegmentWriteOptions {
 const BATCH_ROWS: usize = 8192;
 
 /// Builds one segment file from key states pushed in key order.
-pub(crate) struct SegmentBuilder<'a> {
-    table: &'a TableSchema,
+pub(crate) struct SegmentBuilder {
+    table: TableSchema,
     opts: SegmentWriteOptions,
     columns: Vec<(String, TypeSet)>,
     schema: Arc<Schema>,
@@ -57,12 +57,12 @@ pub(crate) struct SegmentBuilder<'a> {
     max_key: Vec<u8>,
 }
 
-impl<'a> SegmentBuilder<'a> {
+impl SegmentBuilder {
     /// `columns`: every attribute column the states may hold, with the value
     /// types that may occur (sorted by name); `expected_keys` sizes the
     /// bloom filter.
     pub fn new(
-        table: &'a TableSchema,
+        table: &TableSchema,
         columns: Vec<(String, TypeSet)>,
         opts: SegmentWriteOptions,
         expected_keys: usize,
@@ -72,7 +72,7 @@ impl<'a> SegmentBuilder<'a> {
         let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
         let batch = BatchBuilder::new(table, &columns);
         Ok(SegmentBuilder {
-            table,
+            table: table.clone(),
             opts,
             columns,
             schema,
@@ -87,7 +87,7 @@ impl<'a> SegmentBuilder<'a> {
 
     /// Adds the next key (greater than every key pushed before).
     pub fn push(&mut self, key: &[u8], st: &RowState) -> Result<()> {
-        self.batch.push_key(self.table, key, st)?;
+        self.batch.push_key(&self.table, key, st)?;
         if self.min_key.is_none() {
             self.min_key = Some(key.to_vec());
         }
@@ -112,6 +112,11 @@ impl<'a> SegmentBuilder<'a> {
         Ok(())
     }
 
+    /// Bytes of the file so far, including rows not yet encoded (roughly).
+    pub fn approx_bytes(&self) -> usize {
+        self.writer.bytes_written() + self.writer.in_progress_size() + self.batch.rows * 64
+    }
+
     /// The file bytes and metadata (`id` and `path` left for the caller).
     pub fn finish(mut self, seq_range: (u64, u64)) -> Result<(Vec<u8>, SegmentMeta)> {
         if self.batch.rows > 0 {
@@ -131,38 +136,11 @@ impl<'a> SegmentBuilder<'a> {
             columns: self.columns,
             value_counts: self.batch.attrs.iter().map(|a| a.counts).collect(),
             dead_keys: Some(self.batch.dead_keys),
+            max_ts: Some(self.batch.newest_ts),
+            run: None,
         };
         Ok((bytes, meta))
     }
-}
-
-/// The attribute columns of `states` with the value types they hold.
-pub(crate) fn columns_of<'s>(states: impl IntoIterator<Item = &'s RowState>) -> Vec<(String, TypeSet)> {
-    let mut columns: std::collections::BTreeMap<&str, TypeSet> = Default::default();
-    for st in states {
-        for (name, col) in &st.columns {
-            let t = columns.entry(name.as_str()).or_default();
-            for (_, v) in &col.versions {
-                t.add(v);
-            }
-        }
-    }
-    columns.into_iter().map(|(n, t)| (n.to_string(), t)).collect()
-}
-
-/// Encodes `states` (sorted by key, unique) as one segment file.
-pub(crate) fn write_segment(
-    table: &TableSchema,
-    states: &[(Vec<u8>, RowState)],
-    seq_range: (u64, u64),
-    opts: SegmentWriteOptions,
-) -> Result<(Vec<u8>, SegmentMeta)> {
-    let columns = columns_of(states.iter().map(|(_, s)| s));
-    let mut b = SegmentBuilder::new(table, columns, opts, states.len())?;
-    for (key, st) in states {
-        b.push(key, st)?;
-    }
-    b.finish(seq_range)
 }
 
 /// Dictionary pages are read whole by every read of a column chunk, even a
@@ -308,6 +286,8 @@ struct BatchBuilder {
     rows: usize,
     /// Keys written so far that are not a live row on their own.
     dead_keys: u64,
+    /// The newest version (or row marker) of any key so far.
+    newest_ts: i64,
     pk: BinaryBuilder,
     pk_cols: Vec<PkBuilder>,
     seq: UInt64Builder,
@@ -325,6 +305,7 @@ impl BatchBuilder {
         BatchBuilder {
             rows: 0,
             dead_keys: 0,
+            newest_ts: i64::MIN,
             pk: BinaryBuilder::new(),
             pk_cols: table
                 .primary_key
@@ -373,6 +354,7 @@ impl BatchBuilder {
         if kind == ROW_DELETED || max_ts.is_none() {
             self.dead_keys += 1;
         }
+        self.newest_ts = self.newest_ts.max(max_ts.unwrap_or(i64::MIN));
         for rank in 0..ranks {
             self.pk.append_value(key);
             for (b, (_, v)) in self.pk_cols.iter_mut().zip(&pk.columns) {
