@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     pub tables: RwLock<BTreeMap<String, Arc<TableInner>>>,
     pub visible_seq: AtomicU64,
     pub stall_micros: AtomicU64,
+    /// Bytes appended to the WAL since open.
+    pub wal_bytes: AtomicU64,
     pub runtime: tokio::runtime::Handle,
     /// Lets flush tasks reach the committer without keeping it alive.
     commit_tx: OnceLock<mpsc::WeakSender<CommitMsg>>,
@@ -115,9 +117,15 @@ impl CommitHost for Shared {
         &self.stall_micros
     }
 
+    fn wal_bytes(&self) -> &AtomicU64 {
+        &self.wal_bytes
+    }
+
     fn stall_runs(&self) -> usize {
         if self.options.auto_compaction {
-            self.options.compaction_stall_runs.max(self.options.compaction_trigger_runs)
+            self.options
+                .compaction_stall_runs
+                .max(self.options.compaction_trigger_runs)
         } else {
             usize::MAX
         }
@@ -364,6 +372,7 @@ impl Database {
             tables: RwLock::new(tables),
             visible_seq: AtomicU64::new(max_seq),
             stall_micros: AtomicU64::new(0),
+            wal_bytes: AtomicU64::new(0),
             runtime,
             commit_tx: OnceLock::new(),
             me: me.clone(),
@@ -383,7 +392,10 @@ impl Database {
             // Tables with a TTL: data expires without any write, so look
             // for wholly expired segments now and then.
             let weak = Arc::downgrade(&shared);
-            let every = shared.options.compaction_check_interval.max(std::time::Duration::from_millis(10));
+            let every = shared
+                .options
+                .compaction_check_interval
+                .max(std::time::Duration::from_millis(10));
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(every);
                 tick.tick().await;
@@ -612,6 +624,12 @@ impl Database {
     /// Writer stall time so far, in microseconds.
     pub fn stall_micros(&self) -> u64 {
         self.inner.shared.stall_micros.load(Ordering::Relaxed)
+    }
+
+    /// Bytes appended to the write-ahead log since the database was opened
+    /// (with flush and compaction bytes: the write amplification).
+    pub fn wal_bytes(&self) -> u64 {
+        self.inner.shared.wal_bytes.load(Ordering::Relaxed)
     }
 }
 

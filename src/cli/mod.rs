@@ -276,10 +276,13 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     "frozen_memtables": s.frozen_memtables,
                     "flushes": s.flushes,
                     "flush_bytes": s.flush_bytes,
+                    "runs": s.runs,
                     "compactions": s.compactions,
                     "compaction_bytes": s.compaction_bytes,
+                    "compaction_read_bytes": s.compaction_read_bytes,
                     "stall_micros": db.stall_micros(),
                     "last_flush_error": s.last_flush_error,
+                    "last_compaction_error": s.last_compaction_error,
                 });
             }
             writeln!(out, "{j}").map_err(io)?;

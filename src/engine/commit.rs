@@ -60,6 +60,8 @@ pub(crate) trait CommitHost: Send + Sync + 'static {
     fn stall_micros(&self) -> &AtomicU64;
     /// Writers stall while a table has more sorted runs than this.
     fn stall_runs(&self) -> usize;
+    /// Counts bytes appended to the WAL.
+    fn wal_bytes(&self) -> &AtomicU64;
 }
 
 /// Most bytes of WAL payload in one group.
@@ -159,6 +161,7 @@ fn commit_group(
     }
     let last = first + group.len() as u64 - 1;
     wal.append(payload, last)?;
+    host.wal_bytes().fetch_add(payload.len() as u64, Ordering::Relaxed);
     *next_seq = last + 1;
     let mut current: Option<(u64, Arc<crate::memtable::Memtable>)> = None;
     for (i, w) in group.into_iter().enumerate() {

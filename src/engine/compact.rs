@@ -180,7 +180,11 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
         // Nothing references the outputs: remove them (an open also deletes
         // files no manifest names, should this fail).
         for m in &outputs {
-            let _ = p.env.store.delete(&object_store::path::Path::from(m.path.as_str())).await;
+            let _ = p
+                .env
+                .store
+                .delete(&object_store::path::Path::from(m.path.as_str()))
+                .await;
         }
     }
     committed
@@ -249,7 +253,10 @@ async fn merge(
             .await?;
             builder = Some(b);
         }
-        if builder.as_ref().is_some_and(|b| done || b.approx_bytes() >= p.output_bytes) {
+        if builder
+            .as_ref()
+            .is_some_and(|b| done || b.approx_bytes() >= p.output_bytes)
+        {
             let b = builder.take().expect("checked above");
             let (bytes, mut meta) = blocking(move || b.finish(seq_range)).await?;
             // Reserve an id: the next manifest version records the counter;

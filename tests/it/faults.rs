@@ -4,7 +4,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use bytes::Bytes;
 use cellar::*;
@@ -17,11 +17,33 @@ use object_store::{
 
 use crate::common::*;
 
-/// Delegates to a real store; while `fail_puts` is set every write fails.
+/// Delegates to a real store; while `fail_puts` is set every write fails,
+/// and once `puts_left` (when not negative) counts down to zero too.
 #[derive(Debug)]
 pub struct FailingStore {
     inner: Arc<dyn object_store::ObjectStore>,
     fail_puts: AtomicBool,
+    puts_left: AtomicI64,
+}
+
+impl FailingStore {
+    pub fn over(inner: Arc<dyn object_store::ObjectStore>) -> Self {
+        FailingStore {
+            inner,
+            fail_puts: AtomicBool::new(false),
+            puts_left: AtomicI64::new(-1),
+        }
+    }
+
+    /// The next `n` writes succeed, then every write fails.
+    pub fn fail_after(&self, n: i64) {
+        self.puts_left.store(n, Ordering::SeqCst);
+    }
+
+    pub fn heal(&self) {
+        self.fail_puts.store(false, Ordering::SeqCst);
+        self.puts_left.store(-1, Ordering::SeqCst);
+    }
 }
 
 impl fmt::Display for FailingStore {
@@ -32,7 +54,11 @@ impl fmt::Display for FailingStore {
 
 impl FailingStore {
     fn check(&self) -> object_store::Result<()> {
-        if self.fail_puts.load(Ordering::SeqCst) {
+        let left = self
+            .puts_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n > 0).then(|| n - 1))
+            .unwrap_or_else(|n| n);
+        if self.fail_puts.load(Ordering::SeqCst) || left == 0 {
             return Err(object_store::Error::Generic {
                 store: "FailingStore",
                 source: "injected write failure".into(),
@@ -97,10 +123,7 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
-    let store = Arc::new(FailingStore {
-        inner: Arc::new(local),
-        fail_puts: AtomicBool::new(false),
-    });
+    let store = Arc::new(FailingStore::over(Arc::new(local)));
     let options = || DbOptions::default().clock(clock.clone()).object_store(store.clone());
     let db = Database::open_with(dir.path(), options()).await.unwrap();
     let t = card_order_table(&db, TableOptions::default()).await;

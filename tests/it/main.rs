@@ -2,6 +2,7 @@
 
 mod cli;
 mod common;
+mod compaction;
 mod concurrency;
 mod crash;
 mod faults;

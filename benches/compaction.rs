@@ -1,0 +1,139 @@
+//! Sustained ingest with background compaction (issue targets: throughput
+//! within 70% of the no-compaction figure, peak RSS at most 1 GiB, write
+//! amplification reported; then point get p50 at most 100 us and a 10-row
+//! range scan, compacted).
+//!
+//! `cargo bench --bench compaction [-- ROWS]` (default 10M) runs the load
+//! twice, each in a child process of its own (so each peak RSS is its
+//! own): once with `auto_compaction` off, once on. Writes are the ingest
+//! bench's: 7-column rows, batches of 200, 16 in flight, fsync before ack.
+//! Write amplification = (WAL + flush + compaction bytes) / user bytes,
+//! where user bytes are the encoded primary key plus the value bytes of
+//! each row. After the compacting load, a full compaction, then 2000 point
+//! gets and 2000 10-row GetRanges at random keys.
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cellar::*;
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn user_bytes(i: u64) -> u64 {
+    // card_id (8) + order_no (11) + amount (8) + seller_id + category +
+    // device_time (8) + refund (1).
+    let seller = format!("seller_{}", i % 500).len() as u64;
+    let category = ["food", "drink", "books", "service"][(i % 4) as usize].len() as u64;
+    8 + 11 + 8 + seller + category + 8 + 1
+}
+
+fn pct(v: &mut [Duration], p: usize) -> f64 {
+    v.sort();
+    v[(v.len() * p / 100).min(v.len() - 1)].as_secs_f64() * 1e6
+}
+
+async fn child(rows: u64, compaction: bool) {
+    let dir = match std::env::var_os("CELLAR_BENCH_DIR") {
+        Some(d) => tempfile::tempdir_in(d).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
+    let opts = DbOptions {
+        auto_compaction: compaction,
+        ..Default::default()
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = common::bench_table(&db).await;
+    let start = Instant::now();
+    common::write_pipelined(&t, rows, common::row).await;
+    let secs = start.elapsed().as_secs_f64();
+    let s = t.stats();
+    let user: u64 = (0..rows).map(user_bytes).sum();
+    let written = db.wal_bytes() + s.flush_bytes + s.compaction_bytes;
+    println!(
+        "compaction {:<3}: {rows} rows in {secs:.1} s = {:.0} rows/s; peak RSS {:.0} MB; runs {} ({} segments), \
+         {} compactions; write amp {:.2} (WAL {:.0} MB + flush {:.0} MB + compaction {:.0} MB over {:.0} MB user data); \
+         writer stall {:.1} s",
+        if compaction { "on" } else { "off" },
+        rows as f64 / secs,
+        peak_rss_mb(),
+        s.runs,
+        s.segments,
+        s.compactions,
+        written as f64 / user as f64,
+        db.wal_bytes() as f64 / 1e6,
+        s.flush_bytes as f64 / 1e6,
+        s.compaction_bytes as f64 / 1e6,
+        user as f64 / 1e6,
+        db.stall_micros() as f64 / 1e6,
+    );
+    if compaction {
+        let start = Instant::now();
+        t.compact().await.unwrap();
+        let s = t.stats();
+        println!(
+            "full compaction after the load: {:.1} s; {} segments, {:.0} MB; peak RSS {:.0} MB",
+            start.elapsed().as_secs_f64(),
+            s.segments,
+            s.segment_bytes as f64 / 1e6,
+            peak_rss_mb()
+        );
+        let key = |i: u64| {
+            PrimaryKey::new()
+                .with("card_id", (i % 100_000) as i64)
+                .with("order_no", format!("o{:010}", i))
+        };
+        let (mut gets, mut ranges) = (Vec::new(), Vec::new());
+        for k in 0..2000u64 {
+            let i = (k * 7_919_993 + 17) % rows;
+            let t0 = Instant::now();
+            let r = t.get_row(GetRow::new(key(i))).await.unwrap();
+            gets.push(t0.elapsed());
+            assert!(r.is_some());
+            let t0 = Instant::now();
+            let page = t.get_range(GetRange::new().start(key(i)).limit(10)).await.unwrap();
+            ranges.push(t0.elapsed());
+            assert!(!page.rows.is_empty());
+        }
+        println!(
+            "point get p50 {:.0} us p99 {:.0} us; 10-row range p50 {:.0} us p99 {:.0} us",
+            pct(&mut gets, 50),
+            pct(&mut gets, 99),
+            pct(&mut ranges, 50),
+            pct(&mut ranges, 99)
+        );
+    }
+    drop(t);
+    db.close().await.unwrap();
+}
+
+fn main() {
+    let rows = common::rows_arg(10_000_000);
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(mode) = args.iter().find_map(|a| a.strip_prefix("--child=")) {
+        common::runtime().block_on(child(rows, mode == "on"));
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for mode in ["off", "on"] {
+        let status = std::process::Command::new(&exe)
+            .arg(rows.to_string())
+            .arg(format!("--child={mode}"))
+            .arg("--bench")
+            .status()
+            .unwrap();
+        assert!(status.success(), "child {mode} failed");
+    }
+}

@@ -1,0 +1,340 @@
+//! Compaction: partial merges keep deletions, expired data leaves the disk,
+//! the engine compacts on its own, options changes interplay, files held by
+//! a reader stay until it lets go, and a failed compaction changes nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cellar::*;
+use futures::StreamExt;
+
+use crate::common::*;
+use crate::faults::FailingStore;
+
+fn manual(clock: &Arc<ManualClock>) -> DbOptions {
+    DbOptions {
+        auto_compaction: false,
+        ..DbOptions::default().clock(clock.clone())
+    }
+}
+
+/// Bytes of segment files on disk under the data directory.
+fn segment_bytes_on_disk(dir: &std::path::Path) -> u64 {
+    fn walk(p: &std::path::Path, total: &mut u64) {
+        for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                walk(&path, total);
+            } else if path.extension().is_some_and(|x| x == "parquet") {
+                *total += e.metadata().map(|m| m.len()).unwrap_or(0);
+            }
+        }
+    }
+    let mut total = 0;
+    walk(&dir.join("tables"), &mut total);
+    total
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+async fn put_range(t: &Table, cards: std::ops::Range<i64>, tag: &str) {
+    for i in cards {
+        t.put_row(PutRow::new(pk(i, "a")).column("v", tag).column("n", i))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletions_survive_a_partial_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    // Oldest segment: rows 0..100.
+    put_range(&t, 0..100, "old").await;
+    t.flush().await.unwrap();
+    // Newer: deletes of rows 0..20, column deletes on 20..40, updates.
+    for i in 0..20 {
+        t.delete_row(DeleteRow::new(pk(i, "a"))).await.unwrap();
+    }
+    for i in 20..40 {
+        t.update_row(UpdateRow::new(pk(i, "a")).delete_all("v")).await.unwrap();
+    }
+    t.flush().await.unwrap();
+    put_range(&t, 100..120, "new").await;
+    t.flush().await.unwrap();
+    assert_eq!(t.stats().runs, 3);
+
+    let check = |rows: &[Row]| {
+        assert_eq!(rows.len(), 100, "rows 20..120 are left");
+        assert_eq!(rows[0].primary_key.get("card"), Some(&PkValue::Integer(20)));
+        for r in rows {
+            let card = match r.primary_key.get("card") {
+                Some(PkValue::Integer(c)) => *c,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(r.latest("v").is_none(), card < 40, "row {card}: {:?}", r.columns);
+            assert_eq!(r.latest("n"), Some(&Value::Integer(card)));
+        }
+    };
+    check(&scan_all(&t, GetRange::new()).await);
+    // Merge the newest two runs only: the oldest segment still holds the
+    // deleted rows, so the tombstones must stay.
+    assert!(t.compact_newest(2).await.unwrap());
+    assert_eq!(t.stats().runs, 2);
+    check(&scan_all(&t, GetRange::new()).await);
+    for i in 0..20 {
+        assert!(t.get_row(GetRow::new(pk(i, "a"))).await.unwrap().is_none());
+    }
+    // A full compaction may drop them now; still nothing comes back, and
+    // the data survives a reopen.
+    t.compact().await.unwrap();
+    assert_eq!(t.stats().runs, 1);
+    check(&scan_all(&t, GetRange::new()).await);
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    check(&scan_all(&db.table("t").unwrap(), GetRange::new()).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_data_leaves_the_disk_without_anyone_asking() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let opts = DbOptions {
+        compaction_check_interval: Duration::from_millis(20),
+        ..DbOptions::default().clock(clock.clone())
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(
+        &db,
+        TableOptions {
+            ttl_secs: 60,
+            ..Default::default()
+        },
+    )
+    .await;
+    for round in 0..3 {
+        put_range(&t, round * 500..(round + 1) * 500, "x").await;
+        t.flush().await.unwrap();
+    }
+    let before = segment_bytes_on_disk(dir.path());
+    assert!(before > 10_000, "{before} bytes of segments");
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 1500);
+    clock.advance(61_000);
+    // Invisible at once...
+    assert!(scan_all(&t, GetRange::new()).await.is_empty());
+    // ...and gone from disk once the background check has compacted.
+    wait_until("the expired segments are compacted away", || t.stats().segments == 0).await;
+    wait_until("the files are deleted", || segment_bytes_on_disk(dir.path()) == 0).await;
+    assert!(t.stats().compactions >= 1);
+    assert!(scan_all(&t, GetRange::new()).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_compacts_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let opts = DbOptions {
+        compaction_trigger_runs: 3,
+        ..DbOptions::default().clock(clock.clone())
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    for round in 0..8i64 {
+        // Overlapping key ranges, newer values win.
+        put_range(&t, round * 10..round * 10 + 50, &format!("r{round}")).await;
+        t.flush().await.unwrap();
+    }
+    wait_until("background compaction brings the runs under the trigger", || {
+        t.stats().runs < 3
+    })
+    .await;
+    let s = t.stats();
+    assert!(s.compactions >= 1, "{s:?}");
+    assert!(s.compaction_bytes > 0 && s.compaction_read_bytes > 0, "{s:?}");
+    let rows = scan_all(&t, GetRange::new()).await;
+    assert_eq!(rows.len(), 120);
+    // Card 75 was last written in round 7 (cards 70..120).
+    let r = t.get_row(GetRow::new(pk(75, "a"))).await.unwrap().unwrap();
+    assert_eq!(r.latest("v"), Some(&Value::from("r7")));
+    let r = t.get_row(GetRow::new(pk(5, "a"))).await.unwrap().unwrap();
+    assert_eq!(r.latest("v"), Some(&Value::from("r0")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowered_options_drop_versions_for_good_only_after_a_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    let t = card_order_table(
+        &db,
+        TableOptions {
+            max_versions: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    for v in 1..=3 {
+        t.put_row(PutRow::new(pk(1, "a")).column_at("c", v, T0 - 1000 + v))
+            .await
+            .unwrap();
+        t.update_row(UpdateRow::new(pk(2, "a")).put_at("c", v, T0 - 100_000 * v))
+            .await
+            .unwrap();
+    }
+    t.flush().await.unwrap();
+    let all = ReadOptions {
+        max_versions: Some(10),
+        ..Default::default()
+    };
+    let versions = |t: Table, card: i64| {
+        let all = all.clone();
+        async move {
+            t.get_row(GetRow::new(pk(card, "a")).options(all))
+                .await
+                .unwrap()
+                .map(|r| r.columns.iter().map(|(_, c)| c.len()).sum::<usize>())
+                .unwrap_or(0)
+        }
+    };
+    // Row 1 is replaced by each PutRow: one version. Row 2 has three, the
+    // oldest 300 s old.
+    assert_eq!(versions(t.clone(), 2).await, 3);
+    let set = |max_versions: u32, ttl_secs: i64| OptionsUpdate {
+        max_versions: Some(max_versions),
+        ttl_secs: Some(ttl_secs),
+        ..Default::default()
+    };
+    // Lowered, then raised before any compaction: the versions come back.
+    db.alter_table("t", set(1, -1)).await.unwrap();
+    assert_eq!(versions(t.clone(), 2).await, 1);
+    db.alter_table("t", set(3, 150)).await.unwrap();
+    assert_eq!(versions(t.clone(), 2).await, 1, "TTL 150 s hides the two older ones");
+    db.alter_table("t", set(3, -1)).await.unwrap();
+    assert_eq!(versions(t.clone(), 2).await, 3);
+    // Lowered, compacted, raised: gone for good.
+    db.alter_table("t", set(2, -1)).await.unwrap();
+    t.compact().await.unwrap();
+    db.alter_table("t", set(3, -1)).await.unwrap();
+    assert_eq!(versions(t.clone(), 2).await, 2);
+    db.alter_table("t", set(3, 150)).await.unwrap();
+    t.compact().await.unwrap();
+    db.alter_table("t", set(3, -1)).await.unwrap();
+    assert_eq!(versions(t.clone(), 2).await, 1);
+    assert_eq!(versions(t.clone(), 1).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaced_files_stay_while_a_reader_holds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    for round in 0..3 {
+        put_range(&t, round * 3000..(round + 1) * 3000, "x").await;
+        t.flush().await.unwrap();
+    }
+    let files = |dir: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = walkdir(dir.join("tables"));
+        v.sort();
+        v
+    };
+    let before = files(dir.path());
+    assert_eq!(before.len(), 3);
+    // A SQL scan pins the current segments while its stream is alive.
+    let ctx = cellar::sql::session_context(&db);
+    let mut stream = ctx
+        .sql("SELECT card, n FROM t")
+        .await
+        .unwrap()
+        .execute_stream()
+        .await
+        .unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(first.num_rows() > 0);
+    t.compact().await.unwrap();
+    let during = files(dir.path());
+    for f in &before {
+        assert!(during.contains(f), "{f} was deleted while a reader held it");
+    }
+    let mut rows = first.num_rows();
+    while let Some(b) = stream.next().await {
+        rows += b.unwrap().num_rows();
+    }
+    assert_eq!(rows, 9000);
+    drop(stream);
+    drop(ctx);
+    wait_until("the replaced files are deleted", || {
+        let now = files(dir.path());
+        before.iter().all(|f| !now.contains(f))
+    })
+    .await;
+    assert_eq!(files(dir.path()).len(), t.stats().segments);
+}
+
+fn walkdir(p: std::path::PathBuf) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(walkdir(path));
+        } else if path.extension().is_some_and(|x| x == "parquet") {
+            out.push(path.display().to_string());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_failing_midway_changes_nothing_and_the_next_one_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let store = Arc::new(FailingStore::over(Arc::new(local)));
+    let options = || DbOptions {
+        auto_compaction: false,
+        // Small outputs, so that the failure hits after some were written.
+        compaction_segment_bytes: 16 << 10,
+        ..DbOptions::default().clock(clock.clone()).object_store(store.clone())
+    };
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    for round in 0..3 {
+        put_range(&t, round * 2000..(round + 1) * 2000 + 500, &format!("r{round}")).await;
+        t.flush().await.unwrap();
+    }
+    let before = walkdir(dir.path().join("tables"));
+    let rows_before = scan_all(&t, GetRange::new()).await;
+    assert_eq!(rows_before.len(), 6500);
+    store.fail_after(2);
+    let err = t.compact().await.unwrap_err();
+    assert!(err.message().contains("injected"), "{}", err.message());
+    // Readable and complete, with the same segments; the outputs written
+    // before the failure are gone.
+    assert_eq!(t.stats().segments, 3);
+    assert_eq!(scan_all(&t, GetRange::new()).await, rows_before);
+    let mut after = walkdir(dir.path().join("tables"));
+    after.sort();
+    let mut expected = before.clone();
+    expected.sort();
+    assert_eq!(after, expected);
+    store.heal();
+    t.compact().await.unwrap();
+    let s = t.stats();
+    assert!(s.segments > 1 && s.runs == 1, "{s:?}");
+    assert_eq!(scan_all(&t, GetRange::new()).await, rows_before);
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await, rows_before);
+}
