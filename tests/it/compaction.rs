@@ -251,8 +251,11 @@ async fn replaced_files_stay_while_a_reader_holds_them() {
     };
     let before = files(dir.path());
     assert_eq!(before.len(), 3);
-    // A SQL scan pins the current segments while its stream is alive.
-    let ctx = cellar::sql::session_context(&db);
+    // A SQL scan pins the current segments while its stream is alive (one
+    // partition: with more, a partition can finish and buffer its rows
+    // ahead of the reader, and then rightly lets its files go).
+    let config = cellar::sql::session_config().with_target_partitions(1);
+    let ctx = cellar::sql::session_context_with(&db, config);
     let mut stream = ctx
         .sql("SELECT card, n FROM t")
         .await
