@@ -28,6 +28,20 @@ pub(crate) struct TableManifest {
     pub flushed_seq: u64,
     pub next_segment_id: u64,
     pub segments: Vec<SegmentMeta>,
+    /// Cumulative storage counters, as of this version (so they outlive
+    /// the process: `cellar describe --stats` opens the database anew).
+    #[serde(default)]
+    pub counters: Counters,
+}
+
+/// What flushes and compactions have done to a table so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Counters {
+    pub flushes: u64,
+    pub flush_bytes: u64,
+    pub compactions: u64,
+    pub compaction_bytes: u64,
+    pub compaction_read_bytes: u64,
 }
 
 pub(crate) struct ManifestLog {

@@ -309,6 +309,10 @@ async fn commit(
         .ok_or_else(|| Error::corruption("compaction inputs are missing from the manifest"))?;
     next.segments.retain(|s| !input_ids.contains(&s.id));
     next.segments.splice(pos..pos, outputs.iter().cloned());
+    let read: u64 = inputs.iter().map(|s| s.meta.size_bytes).sum();
+    table.stats.compaction_read_bytes.fetch_add(read, Ordering::Relaxed);
+    table.stats.compactions.fetch_add(1, Ordering::Relaxed);
+    next.counters = table.stats.counters();
     let version = manifest.0 + 1;
     table.manifest_log.commit(&*env.store, version, &next).await?;
     sync_object(env, table.manifest_log.path(version).as_ref()).await?;
@@ -337,9 +341,6 @@ async fn commit(
     for seg in inputs {
         seg.mark_obsolete();
     }
-    let read: u64 = inputs.iter().map(|s| s.meta.size_bytes).sum();
-    table.stats.compaction_read_bytes.fetch_add(read, Ordering::Relaxed);
-    table.stats.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(true)
 }
 

@@ -66,6 +66,8 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
                 env.local_root.as_deref(),
             )));
         }
+        table.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        next.counters = table.stats.counters();
         let version = manifest.0 + 1;
         table.manifest_log.commit(&*env.store, version, &next).await?;
         sync_object(env, table.manifest_log.path(version).as_ref()).await?;
@@ -79,7 +81,6 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
                 st.segments = Arc::new(segs);
             }
         }
-        table.stats.flushes.fetch_add(1, Ordering::Relaxed);
     }
 }
 

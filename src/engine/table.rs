@@ -74,6 +74,28 @@ impl std::fmt::Debug for Snapshot {
     }
 }
 
+impl TableStats {
+    pub fn from_counters(c: &crate::manifest::Counters) -> Self {
+        TableStats {
+            flushes: AtomicU64::new(c.flushes),
+            flush_bytes: AtomicU64::new(c.flush_bytes),
+            compactions: AtomicU64::new(c.compactions),
+            compaction_bytes: AtomicU64::new(c.compaction_bytes),
+            compaction_read_bytes: AtomicU64::new(c.compaction_read_bytes),
+        }
+    }
+
+    pub fn counters(&self) -> crate::manifest::Counters {
+        crate::manifest::Counters {
+            flushes: self.flushes.load(Ordering::Relaxed),
+            flush_bytes: self.flush_bytes.load(Ordering::Relaxed),
+            compactions: self.compactions.load(Ordering::Relaxed),
+            compaction_bytes: self.compaction_bytes.load(Ordering::Relaxed),
+            compaction_read_bytes: self.compaction_read_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
 impl TableInner {
     pub fn new(
         id: u64,
@@ -85,6 +107,7 @@ impl TableInner {
     ) -> Self {
         let mut schema = schema;
         let declared = RwLock::new(std::mem::take(&mut schema.columns));
+        let stats = TableStats::from_counters(&manifest.counters);
         TableInner {
             id,
             declared,
@@ -98,7 +121,7 @@ impl TableInner {
             }),
             manifest: tokio::sync::Mutex::new((manifest_version, manifest)),
             dropped: AtomicBool::new(false),
-            stats: TableStats::default(),
+            stats,
             last_flush_error: Mutex::new(None),
             last_compaction_error: Mutex::new(None),
             compaction: tokio::sync::Mutex::new(()),

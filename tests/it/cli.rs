@@ -240,6 +240,12 @@ fn write_get_and_scan_formats() {
     assert_eq!(d["name"], "t");
     assert_eq!(d["stats"]["segments"], 1);
     assert!(d["stats"]["segment_bytes"].as_u64().unwrap() > 0);
+    // `cellar compact` ran a compaction: one run, its counters filled in.
+    assert_eq!(d["stats"]["runs"], 1);
+    assert!(d["stats"]["compactions"].as_u64().unwrap() >= 1);
+    assert!(d["stats"]["compaction_bytes"].as_u64().unwrap() > 0);
+    assert!(d["stats"]["compaction_read_bytes"].as_u64().unwrap() > 0);
+    assert!(d["stats"]["last_compaction_error"].is_null());
     assert_eq!(cards(c.ok(&["scan", "t"])).len(), 7);
     let o = c.run(&["scan", "t", "--start", r#"{"order":"x"}"#]);
     assert_eq!(o.status.code(), Some(2));
