@@ -54,7 +54,6 @@ pub(crate) enum Pick {
     /// What the size-tiered policy asks for, if anything.
     Auto,
     /// The newest `n` runs (tests and tools).
-    #[allow(dead_code)]
     Newest(usize),
 }
 

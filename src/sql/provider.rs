@@ -254,18 +254,7 @@ impl TableProvider for CellarTable {
     }
 
     fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        let plan = pushdown::plan(self.table.schema(), filters);
-        Ok(plan
-            .exact
-            .iter()
-            .map(|e| {
-                if *e {
-                    TableProviderFilterPushDown::Exact
-                } else {
-                    TableProviderFilterPushDown::Inexact
-                }
-            })
-            .collect())
+        Ok(pushdown::plan(self.table.schema(), filters).support(TableProviderFilterPushDown::Inexact))
     }
 
     async fn scan(

@@ -10,7 +10,7 @@
 //! DataFusion to evaluate.
 
 use datafusion::common::ScalarValue;
-use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 
 use crate::engine::latest::ScanRange;
 use crate::key::{self, KeyRange};
@@ -40,6 +40,23 @@ pub(crate) struct KeyPlan {
     pub exact: Vec<bool>,
     /// Human-readable key conditions, for EXPLAIN.
     pub description: String,
+}
+
+impl KeyPlan {
+    /// What each filter gets from a scan with these ranges: `Exact` where
+    /// the ranges apply it, `otherwise` for the rest.
+    pub fn support(&self, otherwise: TableProviderFilterPushDown) -> Vec<TableProviderFilterPushDown> {
+        self.exact
+            .iter()
+            .map(|e| {
+                if *e {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    otherwise.clone()
+                }
+            })
+            .collect()
+    }
 }
 
 /// The PK column and constraint one conjunct expresses, if it is one.

@@ -228,18 +228,7 @@ impl TableProvider for VersionsTable {
     }
 
     fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        let plan = pushdown::plan(self.table.schema(), filters);
-        Ok(plan
-            .exact
-            .iter()
-            .map(|e| {
-                if *e {
-                    TableProviderFilterPushDown::Exact
-                } else {
-                    TableProviderFilterPushDown::Unsupported
-                }
-            })
-            .collect())
+        Ok(pushdown::plan(self.table.schema(), filters).support(TableProviderFilterPushDown::Unsupported))
     }
 
     async fn scan(

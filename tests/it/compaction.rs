@@ -20,19 +20,10 @@ fn manual(clock: &Arc<ManualClock>) -> DbOptions {
 
 /// Bytes of segment files on disk under the data directory.
 fn segment_bytes_on_disk(dir: &std::path::Path) -> u64 {
-    fn walk(p: &std::path::Path, total: &mut u64) {
-        for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
-            let path = e.path();
-            if path.is_dir() {
-                walk(&path, total);
-            } else if path.extension().is_some_and(|x| x == "parquet") {
-                *total += e.metadata().map(|m| m.len()).unwrap_or(0);
-            }
-        }
-    }
-    let mut total = 0;
-    walk(&dir.join("tables"), &mut total);
-    total
+    walkdir(dir.join("tables"))
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum()
 }
 
 async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -285,6 +276,7 @@ async fn replaced_files_stay_while_a_reader_holds_them() {
     assert_eq!(files(dir.path()).len(), t.stats().segments);
 }
 
+/// The segment files under `p`, recursively.
 fn walkdir(p: std::path::PathBuf) -> Vec<String> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
