@@ -72,7 +72,7 @@ pub(crate) struct Shared {
     commit_tx: OnceLock<mpsc::WeakSender<CommitMsg>>,
     me: Weak<Shared>,
     /// Set when the database handle is closed: no new flush starts.
-    closed: AtomicBool,
+    closed: Arc<AtomicBool>,
     /// Background flushes and compactions started and not finished.
     background_in_flight: AtomicUsize,
     /// Permits for background compactions (`max_background_compactions`).
@@ -201,7 +201,7 @@ impl Shared {
             now_ms: self.options.clock.now_ms(),
             output_bytes: self.options.compaction_segment_bytes,
             trigger_runs: self.options.compaction_trigger_runs,
-            cancel: Some(&self.closed),
+            cancel: Some(self.closed.clone()),
         };
         compact::compact(table, pick, &p).await
     }
@@ -376,7 +376,7 @@ impl Database {
             runtime,
             commit_tx: OnceLock::new(),
             me: me.clone(),
-            closed: AtomicBool::new(false),
+            closed: Arc::new(AtomicBool::new(false)),
             background_in_flight: AtomicUsize::new(0),
             compaction_slots,
             _lock: lock,

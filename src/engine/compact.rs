@@ -21,10 +21,11 @@
 //!   key only when no segment older than the inputs covers that key;
 //!   otherwise they stay, or deleted data would come back.
 //!
-//! Inputs are read through the same k-way merge as GetRange and written
-//! with a streaming segment builder, a chunk of keys at a time, so memory
-//! is about one output segment (`DbOptions::compaction_segment_bytes`) plus
-//! a chunk. The merge holds no lock that flushes or writes wait for: only
+//! Inputs are merged column-wise ([`super::merge`]): keys one input alone
+//! holds are copied without decoding, the rest folded with the rules reads
+//! use. Output rows stream into a segment builder, so memory is about one
+//! output segment (`DbOptions::compaction_segment_bytes`) plus a batch per
+//! input. The merge holds no lock that flushes or writes wait for: only
 //! the commit (a manifest version swapping inputs for outputs) takes the
 //! table's manifest lock. A failure before the commit deletes the outputs
 //! written so far and leaves the table as it was.
@@ -37,10 +38,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use object_store::ObjectStoreExt;
 
 use super::flush::{FlushEnv, put_durable, sync_object};
-use super::scan::MergeScan;
-use super::table::{Snapshot, TableInner};
+use super::merge::{ColumnarMerge, GcRules};
+use super::table::TableInner;
 use crate::error::{Error, Result};
-use crate::key::KeyRange;
 use crate::row::{ColumnState, RowState};
 use crate::schema::TableOptions;
 use crate::segment::format::TypeSet;
@@ -66,7 +66,7 @@ pub(crate) struct CompactParams<'a> {
     /// The automatic policy merges once a table has this many runs.
     pub trigger_runs: usize,
     /// Set when the database closes: the compaction stops and cleans up.
-    pub cancel: Option<&'a AtomicBool>,
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// The runs of a segment list (oldest first) as index spans.
@@ -146,13 +146,10 @@ fn merge_intervals(mut v: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {
     out
 }
 
-fn is_covered(intervals: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> bool {
+pub(crate) fn is_covered(intervals: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> bool {
     let i = intervals.partition_point(|(lo, _)| lo.as_slice() <= key);
     i > 0 && key <= intervals[i - 1].1.as_slice()
 }
-
-/// Keys handed to the segment builder at a time (off the async threads).
-const CHUNK_KEYS: usize = 1024;
 
 /// Runs one compaction of `table`. Returns false when there was nothing to
 /// do, or the compaction was given up (cancelled, table dropped, options
@@ -169,7 +166,7 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
     let inputs: Vec<Arc<Segment>> = segs[span.clone()].to_vec();
     let older = covered(&segs[..span.start]);
     let mut outputs: Vec<SegmentMeta> = Vec::new();
-    let merged = merge(table, &inputs, &older, &options, cutoff, p, &mut outputs).await;
+    let merged = merge(table, &inputs, older, &options, cutoff, p, &mut outputs).await;
     let committed = match merged {
         Ok(true) => commit(table, &inputs, &options, &mut outputs, p.env).await,
         Ok(false) => Ok(false),
@@ -194,23 +191,12 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
 async fn merge(
     table: &Arc<TableInner>,
     inputs: &[Arc<Segment>],
-    older: &[(Vec<u8>, Vec<u8>)],
+    older: Vec<(Vec<u8>, Vec<u8>)>,
     options: &TableOptions,
     cutoff: i64,
     p: &CompactParams<'_>,
     outputs: &mut Vec<SegmentMeta>,
 ) -> Result<bool> {
-    let snap = Snapshot {
-        seq: u64::MAX,
-        memtables: Vec::new(),
-        segments: Arc::new(inputs.to_vec()),
-        options: *options,
-    };
-    let mut scan = MergeScan::new(&snap, KeyRange::all(), false, None);
-    let seq_range = (
-        inputs.iter().map(|s| s.meta.min_seq).min().unwrap_or(0),
-        inputs.iter().map(|s| s.meta.max_seq).max().unwrap_or(0),
-    );
     let mut columns: Vec<(String, TypeSet)> = Vec::new();
     for s in inputs {
         for (name, types) in &s.meta.columns {
@@ -220,68 +206,109 @@ async fn merge(
             }
         }
     }
-    let expected_keys = inputs.iter().map(|s| s.meta.num_keys as usize).sum::<usize>();
-    let opts = p.env.segment_options;
-    let mut builder: Option<SegmentBuilder> = None;
-    let mut chunk: Vec<(Vec<u8>, RowState)> = Vec::with_capacity(CHUNK_KEYS);
-    let mut run: Option<u64> = None;
-    loop {
-        if p.cancel.is_some_and(|c| c.load(Ordering::Acquire)) || table.dropped.load(Ordering::Acquire) {
-            return Ok(false);
-        }
-        let item = scan.next().await?;
-        let done = item.is_none();
-        if let Some((key, st)) = item {
-            let keep_tombstones = is_covered(older, &key);
-            if let Some(st) = collect_garbage(st, cutoff, options.max_versions, keep_tombstones) {
-                chunk.push((key, st));
-            }
-        }
-        if chunk.len() >= CHUNK_KEYS || (done && !chunk.is_empty()) {
-            let mut b = match builder.take() {
-                Some(b) => b,
-                None => SegmentBuilder::new(&table.schema, columns.clone(), opts, expected_keys)?,
-            };
-            let states = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_KEYS));
-            let b = blocking(move || {
-                for (k, st) in &states {
-                    b.push(k, st)?;
-                }
-                Ok(b)
-            })
-            .await?;
-            builder = Some(b);
-        }
-        if builder
-            .as_ref()
-            .is_some_and(|b| done || b.approx_bytes() >= p.output_bytes)
-        {
-            let b = builder.take().expect("checked above");
-            let (bytes, mut meta) = blocking(move || b.finish(seq_range)).await?;
-            // Reserve an id: the next manifest version records the counter;
-            // a crash before that leaves an orphan that the next open deletes.
-            meta.id = {
-                let mut m = table.manifest.lock().await;
-                m.1.next_segment_id += 1;
-                m.1.next_segment_id - 1
-            };
-            meta.path = format!("tables/{}/segments/{:020}.parquet", table.id, meta.id);
-            meta.run = Some(*run.get_or_insert(meta.id));
-            let size = bytes.len() as u64;
-            outputs.push(meta.clone());
-            put_durable(p.env, &meta.path, bytes).await?;
-            table.stats.compaction_bytes.fetch_add(size, Ordering::Relaxed);
-        }
-        if done {
-            return Ok(true);
-        }
-    }
+    let gc = GcRules {
+        cutoff,
+        max_versions: options.max_versions,
+        older,
+    };
+    let merger = ColumnarMerge::open(&table.schema, inputs, columns.clone(), gc).await?;
+    let writer = OutputWriter {
+        table: table.clone(),
+        env: p.env.clone(),
+        columns,
+        expected_keys: inputs.iter().map(|s| s.meta.num_keys as usize).sum(),
+        output_bytes: p.output_bytes,
+        seq_range: (
+            inputs.iter().map(|s| s.meta.min_seq).min().unwrap_or(0),
+            inputs.iter().map(|s| s.meta.max_seq).max().unwrap_or(0),
+        ),
+        cancel: p.cancel.clone(),
+    };
+    // The merge is CPU work: one blocking thread runs it, reading and
+    // writing through the runtime's handle.
+    let rt = tokio::runtime::Handle::current();
+    let (result, written) = tokio::task::spawn_blocking(move || {
+        let mut written = Vec::new();
+        let result = writer.run(merger, &rt, &mut written);
+        (result, written)
+    })
+    .await
+    .map_err(|e| Error::io("compaction task", e))?;
+    outputs.extend(written);
+    result
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::io("compaction task", e))?
+/// Cuts merged rows into output segments and stores them.
+struct OutputWriter {
+    table: Arc<TableInner>,
+    env: FlushEnv,
+    columns: Vec<(String, TypeSet)>,
+    expected_keys: usize,
+    output_bytes: usize,
+    seq_range: (u64, u64),
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+impl OutputWriter {
+    /// Writes every output segment; each is listed in `written` before its
+    /// file is stored, so a failure can delete it. False: cancelled.
+    fn run(
+        &self,
+        mut merger: ColumnarMerge,
+        rt: &tokio::runtime::Handle,
+        written: &mut Vec<SegmentMeta>,
+    ) -> Result<bool> {
+        let mut builder: Option<SegmentBuilder> = None;
+        let mut run: Option<u64> = None;
+        loop {
+            if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Acquire))
+                || self.table.dropped.load(Ordering::Acquire)
+            {
+                return Ok(false);
+            }
+            let batch = merger.next_batch(rt)?;
+            let done = batch.is_none();
+            if let Some(batch) = batch {
+                let b = match &mut builder {
+                    Some(b) => b,
+                    None => builder.insert(SegmentBuilder::new(
+                        &self.table.schema,
+                        self.columns.clone(),
+                        self.env.segment_options,
+                        self.expected_keys,
+                    )?),
+                };
+                b.push_batch(&batch)?;
+            }
+            if builder
+                .as_ref()
+                .is_some_and(|b| done || b.approx_bytes() >= self.output_bytes)
+            {
+                let b = builder.take().expect("checked above");
+                let (bytes, mut meta) = b.finish(self.seq_range)?;
+                rt.block_on(async {
+                    // Reserve an id: the next manifest version records the
+                    // counter; a crash before that leaves an orphan that the
+                    // next open deletes.
+                    meta.id = {
+                        let mut m = self.table.manifest.lock().await;
+                        m.1.next_segment_id += 1;
+                        m.1.next_segment_id - 1
+                    };
+                    meta.path = format!("tables/{}/segments/{:020}.parquet", self.table.id, meta.id);
+                    meta.run = Some(*run.get_or_insert(meta.id));
+                    let size = bytes.len() as u64;
+                    written.push(meta.clone());
+                    put_durable(&self.env, &meta.path, bytes).await?;
+                    self.table.stats.compaction_bytes.fetch_add(size, Ordering::Relaxed);
+                    Ok::<_, Error>(())
+                })?;
+            }
+            if done {
+                return Ok(true);
+            }
+        }
+    }
 }
 
 /// Swaps `inputs` for `outputs` in a new manifest version, then in memory.
@@ -347,7 +374,7 @@ async fn commit(
 /// nothing is left to record. `keep_tombstones`: an older segment outside
 /// the merge may hold this key, so deletions and the "replaces older
 /// sources" mark stay.
-fn collect_garbage(st: RowState, cutoff: i64, max_versions: u32, keep_tombstones: bool) -> Option<RowState> {
+pub(crate) fn collect_garbage(st: RowState, cutoff: i64, max_versions: u32, keep_tombstones: bool) -> Option<RowState> {
     let row_ts = st.row_ts.filter(|ts| *ts >= cutoff);
     let mut columns = std::collections::BTreeMap::new();
     for (name, col) in st.columns {

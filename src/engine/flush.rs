@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::segment::{Segment, SegmentBuilder, SegmentWriteOptions};
 
 /// Where segment files are written and how.
+#[derive(Clone)]
 pub(crate) struct FlushEnv {
     pub store: Arc<dyn ObjectStore>,
     /// The local directory behind `store`, to fsync new files.

@@ -9,8 +9,8 @@ pub(crate) mod format;
 mod reader;
 mod writer;
 
-pub(crate) use reader::{RowSpan, SegmentBatchStream, SegmentCursor};
-pub(crate) use writer::{SegmentBuilder, SegmentWriteOptions};
+pub(crate) use reader::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch};
+pub(crate) use writer::{SegmentBuilder, SegmentWriteOptions, encode_states};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

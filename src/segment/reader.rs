@@ -203,6 +203,16 @@ impl Segment {
             .collect())
     }
 
+    /// Streams every row and column of the segment in key order, with the
+    /// types it was written with (compaction reads whole segments).
+    pub async fn stream_all(self: &Arc<Self>, batch_rows: usize) -> Result<SegmentBatchStream> {
+        let meta = self.reader_metadata().await?.clone();
+        ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(), meta)
+            .with_batch_size(batch_rows)
+            .build()
+            .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+    }
+
     /// Streams the given rows with only the given leaf columns, strings
     /// as `Utf8View`.
     pub async fn stream_rows(
@@ -522,7 +532,7 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
 
 /// Appends the key states of `batch` that fall in `range` to `out`. A key's
 /// ranks are consecutive rows; a key may continue from the previous batch.
-fn decode_batch(batch: &RecordBatch, range: &KeyRange, out: &mut Vec<(Vec<u8>, RowState)>) -> Result<()> {
+pub(crate) fn decode_batch(batch: &RecordBatch, range: &KeyRange, out: &mut Vec<(Vec<u8>, RowState)>) -> Result<()> {
     let pk = column(batch, format::PK)?.as_binary::<i32>();
     let seq = column(batch, format::SEQ)?.as_primitive::<UInt64Type>();
     let rank: &UInt16Array = column(batch, format::RANK)?.as_primitive::<UInt16Type>();

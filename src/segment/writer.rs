@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use arrow::array::builder::NullBufferBuilder;
+use arrow::array::{Array, AsArray};
 use arrow::array::{
     ArrayRef, BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, RecordBatch, StringBuilder, StructArray,
     UInt8Builder, UInt16Builder, UInt64Builder,
 };
-use arrow::datatypes::Schema;
+use arrow::datatypes::{Int64Type, Schema, UInt8Type, UInt16Type};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -55,6 +56,15 @@ pub(crate) struct SegmentBuilder {
     num_keys: u64,
     min_key: Option<Vec<u8>>,
     max_key: Vec<u8>,
+    /// What `push_batch` rows add to the metadata the row builder keeps.
+    copied: CopiedStats,
+}
+
+/// Metadata of rows added by [`SegmentBuilder::push_batch`].
+struct CopiedStats {
+    counts: Vec<[u64; 5]>,
+    dead_keys: u64,
+    newest_ts: i64,
 }
 
 impl SegmentBuilder {
@@ -71,6 +81,11 @@ impl SegmentBuilder {
         let props = writer_properties(table, &columns, opts, expected_keys);
         let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
         let batch = BatchBuilder::new(table, &columns);
+        let copied = CopiedStats {
+            counts: vec![[0; 5]; columns.len()],
+            dead_keys: 0,
+            newest_ts: i64::MIN,
+        };
         Ok(SegmentBuilder {
             table: table.clone(),
             opts,
@@ -82,7 +97,85 @@ impl SegmentBuilder {
             num_keys: 0,
             min_key: None,
             max_key: Vec::new(),
+            copied,
         })
+    }
+
+    /// Adds rows already in this segment's layout: whole keys
+    /// (every rank), ascending, after every key pushed before. A compaction
+    /// copies canonical rows this way without decoding them.
+    pub fn push_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        if batch.schema() != self.schema {
+            return Err(Error::corruption("rows copied into a segment do not match its layout"));
+        }
+        if self.batch.rows > 0 {
+            self.write_batch()?;
+        }
+        let pk = batch.column(0).as_binary::<i32>();
+        let rank = batch
+            .column(self.table.primary_key.len() + 2)
+            .as_primitive::<UInt16Type>();
+        let row = batch
+            .column(self.table.primary_key.len() + 3)
+            .as_primitive::<UInt8Type>();
+        let max_ts = batch
+            .column(self.table.primary_key.len() + 6)
+            .as_primitive::<Int64Type>();
+        if rank.value(0) != 0 {
+            return Err(Error::corruption("rows copied into a segment start inside a key"));
+        }
+        for r in 0..n {
+            if rank.value(r) != 0 {
+                continue;
+            }
+            self.num_keys += 1;
+            if row.value(r) == ROW_DELETED || max_ts.is_null(r) {
+                self.copied.dead_keys += 1;
+            } else {
+                self.copied.newest_ts = self.copied.newest_ts.max(max_ts.value(r));
+            }
+        }
+        let first_attr = self.table.primary_key.len() + 7;
+        for (counts, col) in self.copied.counts.iter_mut().zip(&batch.columns()[first_attr..]) {
+            let st = col.as_struct();
+            for (field, child) in st.fields().iter().zip(st.columns()) {
+                if let Some(i) = format::VALUE_CHILDREN
+                    .iter()
+                    .position(|(_, name, _)| name == field.name())
+                {
+                    counts[i] += (child.len() - child.null_count()) as u64;
+                }
+            }
+        }
+        if self.min_key.is_none() {
+            self.min_key = Some(pk.value(0).to_vec());
+        }
+        self.max_key.clear();
+        self.max_key.extend_from_slice(pk.value(n - 1));
+        // Row groups end at key boundaries, as in `push`.
+        let mut start = 0;
+        while start < n {
+            let room = self
+                .opts
+                .row_group_rows
+                .saturating_sub(self.writer.in_progress_rows())
+                .max(1);
+            let mut cut = (start + room).min(n);
+            while cut < n && rank.value(cut) != 0 {
+                cut += 1;
+            }
+            self.writer.write(&batch.slice(start, cut - start))?;
+            self.num_rows += (cut - start) as u64;
+            if self.writer.in_progress_rows() >= self.opts.row_group_rows {
+                self.writer.flush()?;
+            }
+            start = cut;
+        }
+        Ok(())
     }
 
     /// Adds the next key (greater than every key pushed before).
@@ -134,13 +227,34 @@ impl SegmentBuilder {
             min_seq: seq_range.0,
             max_seq: seq_range.1,
             columns: self.columns,
-            value_counts: self.batch.attrs.iter().map(|a| a.counts).collect(),
-            dead_keys: Some(self.batch.dead_keys),
-            max_ts: Some(self.batch.newest_ts),
+            value_counts: self
+                .batch
+                .attrs
+                .iter()
+                .zip(&self.copied.counts)
+                .map(|(a, c)| std::array::from_fn(|i| a.counts[i] + c[i]))
+                .collect(),
+            dead_keys: Some(self.batch.dead_keys + self.copied.dead_keys),
+            max_ts: Some(self.batch.newest_ts.max(self.copied.newest_ts)),
             run: None,
         };
         Ok((bytes, meta))
     }
+}
+
+/// Key states (ascending keys) as rows of a segment with these attribute
+/// columns; `schema` is their [`format::arrow_schema`].
+pub(crate) fn encode_states(
+    table: &TableSchema,
+    columns: &[(String, TypeSet)],
+    schema: &Arc<Schema>,
+    states: &[(Vec<u8>, RowState)],
+) -> Result<RecordBatch> {
+    let mut b = BatchBuilder::new(table, columns);
+    for (key, st) in states {
+        b.push_key(table, key, st)?;
+    }
+    b.finish(schema)
 }
 
 /// Dictionary pages are read whole by every read of a column chunk, even a

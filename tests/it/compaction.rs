@@ -333,3 +333,73 @@ async fn a_compaction_failing_midway_changes_nothing_and_the_next_one_succeeds()
     let db = Database::open_with(dir.path(), options()).await.unwrap();
     assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await, rows_before);
 }
+
+/// Keys with several versions whose rows straddle the merge's read
+/// batches, inputs with different columns and value types, keys one input
+/// holds (copied) and keys both hold (folded): every version survives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_keeps_every_version_across_batches_columns_and_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    let options = TableOptions {
+        max_versions: 3,
+        ..TableOptions::default()
+    };
+    let t = card_order_table(&db, options).await;
+    let write = |keys: Vec<i64>, odd: bool| {
+        let t = t.clone();
+        async move {
+            for chunk in keys.chunks(200) {
+                let batch = chunk
+                    .iter()
+                    .map(|&i| {
+                        let mut p = PutRow::new(pk(i, "a"));
+                        for v in 0..3 {
+                            p = if odd {
+                                p.column_at("c", i as f64 + 0.5, T0 - 10 * v)
+                            } else {
+                                p.column_at("c", i * 10 + v, T0 - 100 - 10 * v)
+                            };
+                        }
+                        if odd {
+                            p = p.column_at("x", format!("x{i}"), T0);
+                        }
+                        RowWrite::from(p)
+                    })
+                    .collect();
+                t.write_batch(batch).await.unwrap();
+            }
+        }
+    };
+    // 6000 keys x 3 ranks = 18000 rows: the 8192-row read batches end
+    // inside a key. The newer segment holds odd keys and rewrites 0..300.
+    write((0..12000).step_by(2).collect(), false).await;
+    t.flush().await.unwrap();
+    write((1..12000).step_by(2).chain(0..300).collect(), true).await;
+    t.flush().await.unwrap();
+    let all = || {
+        GetRange::new().options(ReadOptions {
+            max_versions: Some(3),
+            ..Default::default()
+        })
+    };
+    let before = scan_all(&t, all()).await;
+    assert_eq!(before.len(), 12000);
+    // Keys 0..300 hold 3 double versions (newer) over 3 integer ones: the
+    // newest 3 are the doubles.
+    assert_eq!(before[2].column("c").unwrap().len(), 3);
+    assert_eq!(before[2].latest("c"), Some(&Value::Double(2.5)));
+    t.compact().await.unwrap();
+    let s = t.stats();
+    assert_eq!((s.runs, s.compactions), (1, 1), "{s:?}");
+    assert_eq!(scan_all(&t, all()).await, before);
+    // The copied even keys above 300 kept all three integer versions.
+    let r = &before[1000];
+    assert_eq!(r.column("c").unwrap().len(), 3);
+    assert_eq!(r.latest("c"), Some(&Value::Integer(1000 * 10)));
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    assert_eq!(scan_all(&db.table("t").unwrap(), all()).await, before);
+}

@@ -1,0 +1,642 @@
+//! The columnar merge behind compaction.
+//!
+//! Inputs are read as Arrow batches of whole keys (every rank of a key in
+//! one batch) and merged by `__pk` with a binary heap. A key that one input
+//! alone holds and that has nothing to drop is **copied**: its rows go to
+//! the output as they are, through `MutableArrayData`, never decoded. That
+//! is nearly every key when runs hold different keys (unique or
+//! time-ordered keys). A key that several inputs hold, or one with
+//! something to drop (expired or surplus versions, tombstones no older
+//! source needs), is **folded**: decoded to a `RowState` per input,
+//! layered newest over oldest with the rules reads use, cleaned by
+//! [`collect_garbage`], and re-encoded. Both kinds land in one output batch
+//! in key order.
+//!
+//! Measured on 3M unique keys in 11 overlapping runs (release build): the
+//! row-by-row merge it replaces (every key decoded and re-encoded) took
+//! 35-40 s; see README "Compaction" for this merge's figures.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, Int64Array, Int64Builder, MutableArrayData, RecordBatch, StructArray,
+    UInt8Array, UInt16Array, make_array, new_null_array,
+};
+use arrow::buffer::NullBuffer;
+use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, Fields, Int64Type, SchemaRef, UInt8Type, UInt16Type};
+use futures::StreamExt;
+use tokio::runtime::Handle;
+
+use super::compact::{collect_garbage, is_covered};
+use crate::error::{Error, Result};
+use crate::key::KeyRange;
+use crate::row::RowState;
+use crate::schema::TableSchema;
+use crate::segment::format::{self, ROW_MERGE, TypeSet};
+use crate::segment::{Segment, SegmentBatchStream, decode_batch, encode_states};
+
+/// Rows read from an input at a time.
+const READ_ROWS: usize = 8192;
+/// Output rows gathered before a batch is built: also how finely output
+/// segments are cut at their target size.
+const OUTPUT_ROWS: usize = 2048;
+
+/// What the merge keeps and drops.
+pub(crate) struct GcRules {
+    /// Versions older than this have expired (`i64::MIN`: no TTL).
+    pub cutoff: i64,
+    pub max_versions: u32,
+    /// Key intervals older segments (outside the merge) cover: tombstones
+    /// of keys inside them must stay.
+    pub older: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// One input segment with keys left: where it is, and what comes next.
+struct Input {
+    reader: Reader,
+    cur: Cursor,
+}
+
+/// Whole-key batches of one segment, as stored.
+struct Reader {
+    seg: Arc<Segment>,
+    stream: SegmentBatchStream,
+    /// A batch read ahead (to see whether the current one's last key goes
+    /// on).
+    ahead: Option<RecordBatch>,
+}
+
+/// The current batch of an input and the position of its next key.
+struct Cursor {
+    batch: RecordBatch,
+    pk: BinaryArray,
+    rank: UInt16Array,
+    row: UInt8Array,
+    tomb: BinaryArray,
+    max_ts: Int64Array,
+    /// Rows holding a version or row marker past the TTL (TTL tables only).
+    expired: Option<Vec<bool>>,
+    pos: usize,
+    /// Where this batch sits in the output's source list, once referenced.
+    slot: Option<usize>,
+}
+
+impl Cursor {
+    fn new(batch: RecordBatch, npk: usize, cutoff: i64) -> Result<Self> {
+        let rank = batch.column(npk + 2).as_primitive::<UInt16Type>().clone();
+        let row = batch.column(npk + 3).as_primitive::<UInt8Type>().clone();
+        let row_ts = batch.column(npk + 4).as_primitive::<Int64Type>();
+        let expired = (cutoff > i64::MIN).then(|| {
+            let mut e: Vec<bool> = (0..batch.num_rows())
+                .map(|r| row_ts.is_valid(r) && row_ts.value(r) < cutoff)
+                .collect();
+            for col in &batch.columns()[npk + 7..] {
+                let st = col.as_struct();
+                let ts = st.column(0).as_primitive::<Int64Type>();
+                for (r, flag) in e.iter_mut().enumerate() {
+                    *flag |= st.is_valid(r) && ts.value(r) < cutoff;
+                }
+            }
+            e
+        });
+        if rank.len() > 0 && rank.value(0) != 0 {
+            return Err(Error::corruption("segment rows start inside a key"));
+        }
+        Ok(Cursor {
+            pk: batch.column(0).as_binary::<i32>().clone(),
+            tomb: batch.column(npk + 5).as_binary::<i32>().clone(),
+            max_ts: batch.column(npk + 6).as_primitive::<Int64Type>().clone(),
+            rank,
+            row,
+            expired,
+            batch,
+            pos: 0,
+            slot: None,
+        })
+    }
+
+    fn key(&self) -> &[u8] {
+        self.pk.value(self.pos)
+    }
+
+    /// The row after the current key's last rank.
+    fn key_end(&self) -> usize {
+        let mut end = self.pos + 1;
+        while end < self.rank.len() && self.rank.value(end) != 0 {
+            end += 1;
+        }
+        end
+    }
+
+    /// Whether the key in `rows` can be copied as it is.
+    fn copyable(&self, rows: std::ops::Range<usize>, gc: &GcRules) -> bool {
+        if rows.len() > gc.max_versions as usize {
+            return false;
+        }
+        if let Some(e) = &self.expired
+            && e[rows.clone()].iter().any(|x| *x)
+        {
+            return false;
+        }
+        let r = rows.start;
+        if self.row.value(r) != ROW_MERGE || self.tomb.is_valid(r) {
+            // Deletions stay only while an older source may hold the key.
+            return is_covered(&gc.older, self.pk.value(r));
+        }
+        // A key with no value and no marker left is dropped.
+        self.max_ts.is_valid(r)
+    }
+
+    /// The key state held in `rows`.
+    fn decode(&self, rows: std::ops::Range<usize>) -> Result<RowState> {
+        let mut out = Vec::with_capacity(1);
+        decode_batch(&self.batch.slice(rows.start, rows.len()), &KeyRange::all(), &mut out)?;
+        out.pop()
+            .map(|(_, st)| st)
+            .ok_or_else(|| Error::corruption("segment key without rows"))
+    }
+
+    /// This batch's index in `slots`, added on first use.
+    fn slot(&mut self, slots: &mut Vec<RecordBatch>) -> usize {
+        *self.slot.get_or_insert_with(|| {
+            slots.push(self.batch.clone());
+            slots.len() - 1
+        })
+    }
+}
+
+impl Reader {
+    async fn read(&mut self) -> Result<Option<RecordBatch>> {
+        while let Some(b) = self.stream.next().await {
+            let b = b.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
+            if b.num_rows() > 0 {
+                return Ok(Some(b));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next batch of whole keys, as stored.
+    async fn next_whole(&mut self) -> Result<Option<RecordBatch>> {
+        let mut cur = match self.ahead.take() {
+            Some(b) => b,
+            None => match self.read().await? {
+                Some(b) => b,
+                None => return Ok(None),
+            },
+        };
+        loop {
+            let Some(next) = self.read().await? else {
+                return Ok(Some(cur));
+            };
+            let rank = next
+                .column_by_name(format::RANK)
+                .and_then(|a| a.as_primitive_opt::<UInt16Type>())
+                .ok_or_else(|| {
+                    Error::corruption(format!("segment {}: no {} column", self.seg.meta.path, format::RANK))
+                })?;
+            // Rows of the last key that went on into the next batch.
+            let more = rank.values().iter().take_while(|r| **r != 0).count();
+            if more == 0 {
+                self.ahead = Some(next);
+                return Ok(Some(cur));
+            }
+            cur = concat_batches(&cur.schema(), [&cur, &next.slice(0, more)])?;
+            if more < next.num_rows() {
+                self.ahead = Some(next.slice(more, next.num_rows() - more));
+                return Ok(Some(cur));
+            }
+        }
+    }
+}
+
+/// The merge of a list of input segments (oldest first) into output rows.
+pub(crate) struct ColumnarMerge {
+    table: TableSchema,
+    columns: Vec<(String, TypeSet)>,
+    schema: SchemaRef,
+    gc: GcRules,
+    inputs: Vec<Input>,
+    /// Inputs with keys left, as a min-heap on (key, input index).
+    heap: Vec<usize>,
+    /// The output being gathered: source batches, pieces, folded keys.
+    slots: Vec<RecordBatch>,
+    pieces: Vec<Piece>,
+    folded: Vec<(Vec<u8>, RowState)>,
+    rows: usize,
+    /// Keys copied and folded so far.
+    pub copied_keys: u64,
+    pub folded_keys: u64,
+}
+
+enum Piece {
+    /// Rows `start..end` of `slots[slot]`.
+    Rows { slot: usize, start: usize, end: usize },
+    /// `folded[i]`, once encoded.
+    Folded(usize),
+}
+
+impl ColumnarMerge {
+    /// Opens every input. `columns` is the union of the inputs' attribute
+    /// columns (the output layout).
+    pub async fn open(
+        table: &TableSchema,
+        segs: &[Arc<Segment>],
+        columns: Vec<(String, TypeSet)>,
+        gc: GcRules,
+    ) -> Result<Self> {
+        let schema = format::arrow_schema(table, &columns);
+        let mut m = ColumnarMerge {
+            table: table.clone(),
+            columns,
+            schema,
+            gc,
+            inputs: Vec::with_capacity(segs.len()),
+            heap: Vec::with_capacity(segs.len()),
+            slots: Vec::new(),
+            pieces: Vec::new(),
+            folded: Vec::new(),
+            rows: 0,
+            copied_keys: 0,
+            folded_keys: 0,
+        };
+        // Inputs stay oldest first (an empty one is left out).
+        for seg in segs {
+            let mut reader = Reader {
+                seg: seg.clone(),
+                stream: seg.stream_all(READ_ROWS).await?,
+                ahead: None,
+            };
+            if let Some(b) = reader.next_whole().await? {
+                let cur = m.cursor(&reader.seg, b)?;
+                m.inputs.push(Input { reader, cur });
+                m.heap_push(m.inputs.len() - 1);
+            }
+        }
+        Ok(m)
+    }
+
+    fn cursor(&self, seg: &Segment, batch: RecordBatch) -> Result<Cursor> {
+        let npk = self.table.primary_key.len();
+        let aligned = align(&batch, &self.schema, npk)
+            .map_err(|e| Error::corruption(format!("segment {}: {}", seg.meta.path, e.message())))?;
+        Cursor::new(aligned, npk, self.gc.cutoff)
+    }
+
+    /// The next output batch (whole keys, ascending), `None` at the end.
+    /// Blocking: reads go through `rt`.
+    pub fn next_batch(&mut self, rt: &Handle) -> Result<Option<RecordBatch>> {
+        while self.rows < OUTPUT_ROWS {
+            let Some(first) = self.heap_pop() else {
+                break;
+            };
+            let shared = self
+                .heap
+                .first()
+                .is_some_and(|&t| self.inputs[t].cur.key() == self.inputs[first].cur.key());
+            if shared {
+                self.fold_shared(first, rt)?;
+            } else {
+                self.copy_run(first, rt)?;
+            }
+        }
+        if self.rows == 0 {
+            return Ok(None);
+        }
+        self.build().map(Some)
+    }
+
+    /// Takes keys of input `i` while they sort before every other input's
+    /// next key; then puts `i` back on the heap.
+    fn copy_run(&mut self, i: usize, rt: &Handle) -> Result<()> {
+        loop {
+            let input = &mut self.inputs[i];
+            let start = input.cur.pos;
+            let end = input.cur.key_end();
+            if input.cur.copyable(start..end, &self.gc) {
+                let slot = input.cur.slot(&mut self.slots);
+                match self.pieces.last_mut() {
+                    Some(Piece::Rows { slot: s, end: e, .. }) if *s == slot && *e == start => *e = end,
+                    _ => self.pieces.push(Piece::Rows { slot, start, end }),
+                }
+                self.rows += end - start;
+                self.copied_keys += 1;
+            } else {
+                let key = input.cur.pk.value(start).to_vec();
+                let st = input.cur.decode(start..end)?;
+                self.add_folded(key, st);
+            }
+            if !self.advance(i, end, rt)? {
+                return Ok(());
+            }
+            let next = &self.inputs[i].cur;
+            let before_others = self.heap.first().is_none_or(|&t| next.key() < self.inputs[t].cur.key());
+            if !before_others || self.rows >= OUTPUT_ROWS {
+                self.heap_push(i);
+                return Ok(());
+            }
+        }
+    }
+
+    /// Folds the key `first` shares with the inputs at the top of the heap.
+    fn fold_shared(&mut self, first: usize, rt: &Handle) -> Result<()> {
+        let key = self.inputs[first].cur.key().to_vec();
+        let mut group = vec![first];
+        while let Some(&t) = self.heap.first() {
+            if self.inputs[t].cur.key() != key.as_slice() {
+                break;
+            }
+            group.push(self.heap_pop().expect("peeked"));
+        }
+        // Inputs are ordered oldest first: layer newer states over older.
+        group.sort_unstable();
+        let mut state: Option<RowState> = None;
+        for &g in &group {
+            let cur = &self.inputs[g].cur;
+            let end = cur.key_end();
+            let st = cur.decode(cur.pos..end)?;
+            state = Some(match state {
+                Some(older) => st.merge_over(older),
+                None => st,
+            });
+            if self.advance(g, end, rt)? {
+                self.heap_push(g);
+            }
+        }
+        if let Some(st) = state {
+            self.add_folded(key, st);
+        }
+        Ok(())
+    }
+
+    fn add_folded(&mut self, key: Vec<u8>, st: RowState) {
+        self.folded_keys += 1;
+        let keep_tombstones = is_covered(&self.gc.older, &key);
+        if let Some(st) = collect_garbage(st, self.gc.cutoff, self.gc.max_versions, keep_tombstones) {
+            self.rows += st.columns.values().map(|c| c.versions.len()).max().unwrap_or(0).max(1);
+            self.pieces.push(Piece::Folded(self.folded.len()));
+            self.folded.push((key, st));
+        }
+    }
+
+    /// Moves input `i` to row `pos`, reading its next batch when this one
+    /// is used up. False: the input has no keys left.
+    fn advance(&mut self, i: usize, pos: usize, rt: &Handle) -> Result<bool> {
+        if pos < self.inputs[i].cur.rank.len() {
+            self.inputs[i].cur.pos = pos;
+            return Ok(true);
+        }
+        let next = rt.block_on(self.inputs[i].reader.next_whole())?;
+        let Some(batch) = next else {
+            return Ok(false);
+        };
+        let cur = self.cursor(&self.inputs[i].reader.seg, batch)?;
+        self.inputs[i].cur = cur;
+        Ok(true)
+    }
+
+    /// Builds the gathered output batch and starts a new one.
+    fn build(&mut self) -> Result<RecordBatch> {
+        let folded = encode_states(&self.table, &self.columns, &self.schema, &self.folded)?;
+        let folded_slot = self.slots.len();
+        let mut starts: Vec<usize> = (0..folded.num_rows())
+            .filter(|&r| self.folded_rank(&folded, r) == 0)
+            .collect();
+        starts.push(folded.num_rows());
+        let mut sources = std::mem::take(&mut self.slots);
+        sources.push(folded);
+        let rows = self
+            .pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Rows { start, end, .. } => end - start,
+                Piece::Folded(k) => starts[k + 1] - starts[*k],
+            })
+            .sum();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        for c in 0..self.schema.fields().len() {
+            let data: Vec<_> = sources.iter().map(|b| b.column(c).to_data()).collect();
+            let mut out = MutableArrayData::new(data.iter().collect(), false, rows);
+            for p in &self.pieces {
+                match p {
+                    Piece::Rows { slot, start, end } => out.try_extend(*slot, *start, *end)?,
+                    Piece::Folded(k) => out.try_extend(folded_slot, starts[*k], starts[k + 1])?,
+                }
+            }
+            columns.push(make_array(out.freeze()));
+        }
+        self.pieces.clear();
+        self.folded.clear();
+        self.rows = 0;
+        for input in &mut self.inputs {
+            input.cur.slot = None;
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
+    fn folded_rank(&self, batch: &RecordBatch, row: usize) -> u16 {
+        batch
+            .column(self.table.primary_key.len() + 2)
+            .as_primitive::<UInt16Type>()
+            .value(row)
+    }
+
+    fn less(&self, a: usize, b: usize) -> bool {
+        (self.inputs[a].cur.key(), a) < (self.inputs[b].cur.key(), b)
+    }
+
+    fn heap_push(&mut self, i: usize) {
+        self.heap.push(i);
+        let mut c = self.heap.len() - 1;
+        while c > 0 {
+            let p = (c - 1) / 2;
+            if !self.less(self.heap[c], self.heap[p]) {
+                break;
+            }
+            self.heap.swap(c, p);
+            c = p;
+        }
+    }
+
+    fn heap_pop(&mut self) -> Option<usize> {
+        if self.heap.is_empty() {
+            return None;
+        }
+        let top = self.heap.swap_remove(0);
+        let n = self.heap.len();
+        let mut p = 0;
+        loop {
+            let (l, r) = (2 * p + 1, 2 * p + 2);
+            let mut m = p;
+            if l < n && self.less(self.heap[l], self.heap[m]) {
+                m = l;
+            }
+            if r < n && self.less(self.heap[r], self.heap[m]) {
+                m = r;
+            }
+            if m == p {
+                break;
+            }
+            self.heap.swap(p, m);
+            p = m;
+        }
+        Some(top)
+    }
+}
+
+/// `batch` (as stored in one input) in the output layout: attribute
+/// columns the input lacks are all null, struct children for value types
+/// it lacks are null, and `__max_ts` is derived for segments written
+/// before it existed.
+fn align(batch: &RecordBatch, schema: &SchemaRef, npk: usize) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let have = batch.column_by_name(field.name());
+        let col: ArrayRef = match (field.data_type(), have) {
+            (DataType::Struct(fields), Some(a)) => {
+                let st = a
+                    .as_struct_opt()
+                    .ok_or_else(|| Error::corruption(format!("column {} is not a struct", field.name())))?;
+                let children = fields
+                    .iter()
+                    .map(|f| match st.column_by_name(f.name()) {
+                        Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+                        Some(c) => Err(Error::corruption(format!(
+                            "column {}.{} has type {}, expected {}",
+                            field.name(),
+                            f.name(),
+                            c.data_type(),
+                            f.data_type()
+                        ))),
+                        None => Ok(new_null_array(f.data_type(), n)),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Arc::new(StructArray::try_new(fields.clone(), children, st.nulls().cloned())?)
+            }
+            (DataType::Struct(fields), None) => absent_column(fields, n),
+            (t, Some(a)) if a.data_type() == t => a.clone(),
+            (_, None) if field.name() == format::MAX_TS => derive_max_ts(batch, npk)?,
+            (t, _) => {
+                return Err(Error::corruption(format!(
+                    "column {} is missing or not of type {t}",
+                    field.name()
+                )));
+            }
+        };
+        columns.push(col);
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// An attribute column with no cell, written as the row builder writes an
+/// absent cell (version 0, no value, null struct).
+fn absent_column(fields: &Fields, n: usize) -> ArrayRef {
+    let children = fields
+        .iter()
+        .map(|f| {
+            if f.name() == format::TS {
+                Arc::new(Int64Array::from(vec![0; n])) as ArrayRef
+            } else {
+                new_null_array(f.data_type(), n)
+            }
+        })
+        .collect();
+    Arc::new(StructArray::new(
+        fields.clone(),
+        children,
+        Some(NullBuffer::new_null(n)),
+    ))
+}
+
+/// `__max_ts` of rows from a segment without it: on rank 0, the newest of
+/// the row marker and every cell's version; null when there is none.
+fn derive_max_ts(batch: &RecordBatch, npk: usize) -> Result<ArrayRef> {
+    let col = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| Error::corruption(format!("missing column {name}")))
+    };
+    let rank = col(format::RANK)?.as_primitive::<UInt16Type>();
+    let row_ts = col(format::ROW_TS)?.as_primitive::<Int64Type>();
+    let attrs: Vec<&StructArray> = batch.columns()[npk + 6..]
+        .iter()
+        .filter_map(|a| a.as_struct_opt())
+        .collect();
+    let mut out = Int64Builder::with_capacity(batch.num_rows());
+    for r in 0..batch.num_rows() {
+        let mut newest = (rank.value(r) == 0 && row_ts.is_valid(r)).then(|| row_ts.value(r));
+        if rank.value(r) == 0 {
+            for st in &attrs {
+                if st.is_valid(r) {
+                    let ts = st.column(0).as_primitive::<Int64Type>().value(r);
+                    newest = Some(newest.map_or(ts, |t| t.max(ts)));
+                }
+            }
+        }
+        out.append_option(newest);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::row::ColumnState;
+    use crate::types::{PkType, Value};
+
+    #[test]
+    fn align_fills_missing_columns_and_derives_max_ts() {
+        let table = TableSchema::new("t").pk("k", PkType::Integer);
+        let key = |i: i64| table.encode_pk(&crate::types::PrimaryKey::new().with("k", i)).unwrap();
+        let state = |versions: &[i64], row_ts: Option<i64>| {
+            let mut st = RowState {
+                seq: 1,
+                replace: false,
+                row_ts,
+                columns: Default::default(),
+            };
+            if !versions.is_empty() {
+                st.columns.insert(
+                    "a".into(),
+                    ColumnState {
+                        versions: versions.iter().map(|v| (*v, Value::Integer(*v))).collect(),
+                        delete_all: false,
+                        deleted: Vec::new(),
+                    },
+                );
+            }
+            st
+        };
+        let cols = vec![("a".to_string(), TypeSet(1))];
+        let schema = format::arrow_schema(&table, &cols);
+        let states = vec![
+            (key(1), state(&[30, 20], None)),
+            (key(2), state(&[], Some(7))),
+            (key(3), state(&[5], Some(9))),
+        ];
+        let written = encode_states(&table, &cols, &schema, &states).unwrap();
+        // As an older segment stored it: no `__max_ts`.
+        let old = written.project(&[0, 1, 2, 3, 4, 5, 6, 8]).unwrap();
+        let wide = vec![("a".to_string(), TypeSet(1 | 4)), ("b".to_string(), TypeSet(2))];
+        let out_schema = format::arrow_schema(&table, &wide);
+        let aligned = align(&old, &out_schema, 1).unwrap();
+        let max_ts = aligned.column(7).as_primitive::<Int64Type>();
+        let got: Vec<Option<i64>> = (0..max_ts.len())
+            .map(|r| max_ts.is_valid(r).then(|| max_ts.value(r)))
+            .collect();
+        assert_eq!(
+            got,
+            written.column(7).as_primitive::<Int64Type>().iter().collect::<Vec<_>>()
+        );
+        assert_eq!(got, vec![Some(30), None, Some(7), Some(9)]);
+        // The new string child and the absent column read as no value.
+        let a = aligned.column(8).as_struct();
+        assert_eq!(a.column(2).null_count(), 4);
+        assert_eq!(aligned.column(9).null_count(), 4);
+        let mut decoded = Vec::new();
+        decode_batch(&aligned, &KeyRange::all(), &mut decoded).unwrap();
+        assert_eq!(decoded, states);
+    }
+}
