@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::key::KeyRange;
 use crate::row::RowState;
 use crate::schema::TableSchema;
-use crate::segment::format::{self, ROW_MERGE, TypeSet};
+use crate::segment::format::{self, ROW_MERGE, ROW_REPLACE, TypeSet};
 use crate::segment::{Segment, SegmentBatchStream, decode_batch, encode_states};
 
 /// Rows read from an input at a time.
@@ -65,6 +65,18 @@ struct Reader {
     /// A batch read ahead (to see whether the current one's last key goes
     /// on).
     ahead: Option<RecordBatch>,
+}
+
+/// What happens to a key one input alone holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Handling {
+    /// Its rows are copied as they are.
+    Copy,
+    /// Copied, with `__row` set to plain: a PutRow's "replaces older
+    /// sources" mark with nothing older left to replace.
+    CopyUnmarked,
+    /// Decoded, cleaned and re-encoded.
+    Fold,
 }
 
 /// The current batch of an input and the position of its next key.
@@ -129,23 +141,33 @@ impl Cursor {
         end
     }
 
-    /// Whether the key in `rows` can be copied as it is.
-    fn copyable(&self, rows: std::ops::Range<usize>, gc: &GcRules) -> bool {
+    /// How the key in `rows`, held by this input alone, goes to the output.
+    fn handling(&self, rows: std::ops::Range<usize>, gc: &GcRules) -> Handling {
         if rows.len() > gc.max_versions as usize {
-            return false;
+            return Handling::Fold;
         }
         if let Some(e) = &self.expired
             && e[rows.clone()].iter().any(|x| *x)
         {
-            return false;
+            return Handling::Fold;
         }
         let r = rows.start;
-        if self.row.value(r) != ROW_MERGE || self.tomb.is_valid(r) {
-            // Deletions stay only while an older source may hold the key.
-            return is_covered(&gc.older, self.pk.value(r));
-        }
         // A key with no value and no marker left is dropped.
-        self.max_ts.is_valid(r)
+        let live = self.max_ts.is_valid(r);
+        let kind = self.row.value(r);
+        if kind == ROW_MERGE && self.tomb.is_null(r) {
+            return if live { Handling::Copy } else { Handling::Fold };
+        }
+        // Deletions and the "replaces older sources" mark stay while an
+        // older segment may hold the key.
+        if is_covered(&gc.older, self.pk.value(r)) {
+            Handling::Copy
+        } else if kind == ROW_REPLACE && self.tomb.is_null(r) && live {
+            // Nothing older to replace: a plain row (what folding gives).
+            Handling::CopyUnmarked
+        } else {
+            Handling::Fold
+        }
     }
 
     /// The key state held in `rows`.
@@ -231,8 +253,13 @@ pub(crate) struct ColumnarMerge {
 }
 
 enum Piece {
-    /// Rows `start..end` of `slots[slot]`.
-    Rows { slot: usize, start: usize, end: usize },
+    /// Rows `start..end` of `slots[slot]`; `unmark`: written as plain rows.
+    Rows {
+        slot: usize,
+        start: usize,
+        end: usize,
+        unmark: bool,
+    },
     /// `folded[i]`, once encoded.
     Folded(usize),
 }
@@ -314,11 +341,23 @@ impl ColumnarMerge {
             let input = &mut self.inputs[i];
             let start = input.cur.pos;
             let end = input.cur.key_end();
-            if input.cur.copyable(start..end, &self.gc) {
+            let handling = input.cur.handling(start..end, &self.gc);
+            if handling != Handling::Fold {
                 let slot = input.cur.slot(&mut self.slots);
+                let unmark = handling == Handling::CopyUnmarked;
                 match self.pieces.last_mut() {
-                    Some(Piece::Rows { slot: s, end: e, .. }) if *s == slot && *e == start => *e = end,
-                    _ => self.pieces.push(Piece::Rows { slot, start, end }),
+                    Some(Piece::Rows {
+                        slot: s,
+                        end: e,
+                        unmark: u,
+                        ..
+                    }) if *s == slot && *e == start && *u == unmark => *e = end,
+                    _ => self.pieces.push(Piece::Rows {
+                        slot,
+                        start,
+                        end,
+                        unmark,
+                    }),
                 }
                 self.rows += end - start;
                 self.copied_keys += 1;
@@ -420,12 +459,13 @@ impl ColumnarMerge {
             let mut out = MutableArrayData::new(data.iter().collect(), false, rows);
             for p in &self.pieces {
                 match p {
-                    Piece::Rows { slot, start, end } => out.try_extend(*slot, *start, *end)?,
+                    Piece::Rows { slot, start, end, .. } => out.try_extend(*slot, *start, *end)?,
                     Piece::Folded(k) => out.try_extend(folded_slot, starts[*k], starts[k + 1])?,
                 }
             }
             columns.push(make_array(out.freeze()));
         }
+        self.unmark(&mut columns[self.table.primary_key.len() + 3], &starts);
         self.pieces.clear();
         self.folded.clear();
         self.rows = 0;
@@ -433,6 +473,32 @@ impl ColumnarMerge {
             input.cur.slot = None;
         }
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
+    /// Sets `__row` to plain on the output rows of unmarked pieces.
+    fn unmark(&self, row: &mut ArrayRef, folded_starts: &[usize]) {
+        if !self
+            .pieces
+            .iter()
+            .any(|p| matches!(p, Piece::Rows { unmark: true, .. }))
+        {
+            return;
+        }
+        let mut kinds = row.as_primitive::<UInt8Type>().values().to_vec();
+        let mut at = 0;
+        for p in &self.pieces {
+            let len = match p {
+                Piece::Rows { start, end, unmark, .. } => {
+                    if *unmark {
+                        kinds[at..at + end - start].fill(ROW_MERGE);
+                    }
+                    end - start
+                }
+                Piece::Folded(k) => folded_starts[k + 1] - folded_starts[*k],
+            };
+            at += len;
+        }
+        *row = Arc::new(UInt8Array::from(kinds));
     }
 
     fn folded_rank(&self, batch: &RecordBatch, row: usize) -> u16 {
