@@ -541,6 +541,7 @@ impl Database {
         t.dropped.store(true, Ordering::Release);
         self.inner.shared.tables.write().remove(name);
         // Wait for a running flush of the table, then delete its objects.
+        let _f = t.flushing.lock().await;
         let _m = t.manifest.lock().await;
         let prefix = object_store::path::Path::from(format!("tables/{}", t.id));
         let objects: Vec<_> = self.inner.store.list(Some(&prefix)).try_collect().await?;

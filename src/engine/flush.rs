@@ -28,9 +28,13 @@ pub(crate) struct FlushEnv {
 }
 
 /// Flushes every frozen memtable of `table`, oldest first.
+///
+/// The manifest lock is held only to reserve a segment id and to commit,
+/// never while a segment is encoded or written: under sustained writes
+/// flushes follow each other without pause, and a compaction waiting to
+/// commit would otherwise wait for all of them.
 pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Result<()> {
-    // The manifest lock also serialises flushes of one table.
-    let mut manifest = table.manifest.lock().await;
+    let _flushing = table.flushing.lock().await;
     loop {
         let Some(mem) = table.state.read().immutables.first().cloned() else {
             return Ok(());
@@ -38,7 +42,6 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
         if table.dropped.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut next = manifest.1.clone();
         let mut new_segment = None;
         if !mem.is_empty() {
             let schema = table.schema.clone();
@@ -53,19 +56,24 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
             })
             .await
             .map_err(|e| Error::io("flush task", e))??;
-            meta.id = next.next_segment_id;
+            // Reserve an id: the next manifest version records the counter;
+            // a crash before that leaves an orphan that the next open deletes.
+            meta.id = {
+                let mut m = table.manifest.lock().await;
+                m.1.next_segment_id += 1;
+                m.1.next_segment_id - 1
+            };
             meta.path = format!("tables/{}/segments/{:020}.parquet", table.id, meta.id);
-            next.next_segment_id += 1;
             let size = bytes.len() as u64;
             put_durable(env, &meta.path, bytes).await?;
             table.stats.flush_bytes.fetch_add(size, Ordering::Relaxed);
-            next.flushed_seq = next.flushed_seq.max(mem.max_seq());
+            new_segment = Some(meta);
+        }
+        let mut manifest = table.manifest.lock().await;
+        let mut next = manifest.1.clone();
+        next.flushed_seq = next.flushed_seq.max(mem.max_seq());
+        if let Some(meta) = &new_segment {
             next.segments.push(meta.clone());
-            new_segment = Some(Arc::new(Segment::new(
-                meta,
-                env.store.clone(),
-                env.local_root.as_deref(),
-            )));
         }
         table.stats.flushes.fetch_add(1, Ordering::Relaxed);
         next.counters = table.stats.counters();
@@ -76,9 +84,13 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
         {
             let mut st = table.state.write();
             st.immutables.retain(|m| !Arc::ptr_eq(m, &mem));
-            if let Some(seg) = new_segment {
+            if let Some(meta) = new_segment {
                 let mut segs = (*st.segments).clone();
-                segs.push(seg);
+                segs.push(Arc::new(Segment::new(
+                    meta,
+                    env.store.clone(),
+                    env.local_root.as_deref(),
+                )));
                 st.segments = Arc::new(segs);
             }
         }

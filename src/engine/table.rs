@@ -43,6 +43,9 @@ pub(crate) struct TableInner {
     pub last_compaction_error: Mutex<Option<String>>,
     /// Held by the running compaction of this table (one at a time).
     pub compaction: tokio::sync::Mutex<()>,
+    /// Held while frozen memtables are flushed (one flusher at a time; the
+    /// manifest lock is taken only to reserve an id and to commit).
+    pub flushing: tokio::sync::Mutex<()>,
     /// A background compaction task is queued or running for this table.
     pub compaction_queued: AtomicBool,
 }
@@ -125,6 +128,7 @@ impl TableInner {
             last_flush_error: Mutex::new(None),
             last_compaction_error: Mutex::new(None),
             compaction: tokio::sync::Mutex::new(()),
+            flushing: tokio::sync::Mutex::new(()),
             compaction_queued: AtomicBool::new(false),
         }
     }
