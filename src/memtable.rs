@@ -18,6 +18,10 @@ use crate::segment::format::TypeSet;
 
 type Ops = Vec<(u64, Mutation)>;
 
+/// Per-key bytes besides the key and its mutations: the key and op-list
+/// headers in a B-tree slot, plus slack of partly filled nodes.
+const KEY_OVERHEAD: usize = (std::mem::size_of::<Vec<u8>>() + std::mem::size_of::<Ops>()) * 3 / 2 + 16;
+
 #[derive(Default)]
 pub(crate) struct Memtable {
     map: RwLock<BTreeMap<Vec<u8>, Ops>>,
@@ -36,9 +40,20 @@ impl Memtable {
 
     /// Adds one write. Sequences must arrive in increasing order.
     pub fn insert(&self, key: Vec<u8>, seq: u64, m: Mutation) {
-        let bytes = m.approx_bytes() + key.len() + 16;
+        let mut bytes = m.approx_bytes() + std::mem::size_of::<u64>();
         self.count_values(&m);
-        self.map.write().entry(key).or_default().push((seq, m));
+        {
+            let mut map = self.map.write();
+            match map.entry(key) {
+                std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().push((seq, m)),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    // The key, its op list, and its share of a B-tree node
+                    // (11 slots, about two thirds full).
+                    bytes += crate::row::heap_block(e.key().len()) + KEY_OVERHEAD;
+                    e.insert(vec![(seq, m)]);
+                }
+            }
+        }
         self.approx_bytes.fetch_add(bytes, Ordering::Relaxed);
         let _ = self
             .min_seq
