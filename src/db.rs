@@ -139,7 +139,7 @@ impl Shared {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        match flush::flush_frozen(&self.flush_env, table).await {
+        match flush::flush_frozen(&self.flush_env, table, &|| self.flushed_one(table)).await {
             Ok(()) => *table.last_flush_error.lock() = None,
             Err(e) => {
                 eprintln!("cellar: flush of table '{}' failed: {e}", table.schema.name);
@@ -154,6 +154,16 @@ impl Shared {
 
     /// Starts a background task that compacts the table as long as the
     /// policy asks for it, unless one is already queued for it.
+    /// After each flushed memtable: obsolete WAL files can go, and the
+    /// table may need a compaction.
+    fn flushed_one(&self, table: &Arc<TableInner>) {
+        if let Some(tx) = self.commit_tx.get().and_then(|w| w.upgrade()) {
+            // A full queue only delays the WAL clean-up to the next message.
+            let _ = tx.try_send(CommitMsg::FlushDone);
+        }
+        self.schedule_compaction(table.clone());
+    }
+
     pub(crate) fn schedule_compaction(&self, table: Arc<TableInner>) {
         if !self.options.auto_compaction || self.closed.load(Ordering::Acquire) {
             return;
@@ -699,7 +709,7 @@ impl DbInner {
             .await
             .map_err(|_| Error::closed())?;
         rx.await.map_err(|_| Error::closed())??;
-        flush::flush_frozen(&self.shared.flush_env, t).await?;
+        flush::flush_frozen(&self.shared.flush_env, t, &|| self.shared.flushed_one(t)).await?;
         if let Some(tx) = self.shared.commit_tx.get().and_then(|w| w.upgrade()) {
             let _ = tx.send(CommitMsg::FlushDone).await;
         }

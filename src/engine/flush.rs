@@ -27,13 +27,15 @@ pub(crate) struct FlushEnv {
     pub segment_options: SegmentWriteOptions,
 }
 
-/// Flushes every frozen memtable of `table`, oldest first.
+/// Flushes every frozen memtable of `table`, oldest first, calling
+/// `flushed` after each (under sustained writes the loop may not end for a
+/// long time: compaction is scheduled per flush, not when it ends).
 ///
 /// The manifest lock is held only to reserve a segment id and to commit,
 /// never while a segment is encoded or written: under sustained writes
 /// flushes follow each other without pause, and a compaction waiting to
 /// commit would otherwise wait for all of them.
-pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Result<()> {
+pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>, flushed: &(dyn Fn() + Sync)) -> Result<()> {
     let _flushing = table.flushing.lock().await;
     loop {
         let Some(mem) = table.state.read().immutables.first().cloned() else {
@@ -94,6 +96,7 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>) -> Res
                 st.segments = Arc::new(segs);
             }
         }
+        flushed();
     }
 }
 
