@@ -217,6 +217,7 @@ async fn merge(
         env: p.env.clone(),
         columns,
         expected_keys: inputs.iter().map(|s| s.meta.num_keys as usize).sum(),
+        input_bytes: inputs.iter().map(|s| s.meta.size_bytes as usize).sum(),
         output_bytes: p.output_bytes,
         seq_range: (
             inputs.iter().map(|s| s.meta.min_seq).min().unwrap_or(0),
@@ -244,6 +245,7 @@ struct OutputWriter {
     env: FlushEnv,
     columns: Vec<(String, TypeSet)>,
     expected_keys: usize,
+    input_bytes: usize,
     output_bytes: usize,
     seq_range: (u64, u64),
     cancel: Option<Arc<AtomicBool>>,
@@ -271,12 +273,18 @@ impl OutputWriter {
             if let Some(batch) = batch {
                 let b = match &mut builder {
                     Some(b) => b,
-                    None => builder.insert(SegmentBuilder::new(
-                        &self.table.schema,
-                        self.columns.clone(),
-                        self.env.segment_options,
-                        self.expected_keys,
-                    )?),
+                    None => {
+                        let mut b = SegmentBuilder::new(
+                            &self.table.schema,
+                            self.columns.clone(),
+                            self.env.segment_options,
+                            self.expected_keys,
+                        )?;
+                        // Outputs are cut past `output_bytes` and are rarely
+                        // larger than the inputs.
+                        b.reserve(self.output_bytes.min(self.input_bytes) / 8 * 9 + (1 << 20));
+                        builder.insert(b)
+                    }
                 };
                 b.push_batch(&batch)?;
             }
