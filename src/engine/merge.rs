@@ -112,7 +112,7 @@ impl Cursor {
             }
             e
         });
-        if rank.len() > 0 && rank.value(0) != 0 {
+        if !rank.is_empty() && rank.value(0) != 0 {
             return Err(Error::corruption("segment rows start inside a key"));
         }
         Ok(Cursor {
