@@ -6,6 +6,7 @@
 //! open; the Parquet footer and page index are cached on first use.
 
 pub(crate) mod format;
+mod point;
 mod reader;
 mod writer;
 

@@ -28,6 +28,7 @@ use parquet::file::statistics::Statistics;
 
 use super::Segment;
 use super::format::{self, ROW_MERGE};
+use super::point::{RowGroupFile, partition};
 use super::writer::decode_tombstones;
 use crate::error::{Error, Result};
 use crate::key::KeyRange;
@@ -107,15 +108,51 @@ impl Segment {
 
     /// The state of one key in this segment, if it has it.
     pub async fn get(self: &Arc<Self>, key: &[u8], columns: Option<&[String]>) -> Result<Option<RowState>> {
-        if key < self.min_key.as_slice() || key > self.max_key.as_slice() || !self.may_contain(key).await? {
+        if key < self.min_key.as_slice() || key > self.max_key.as_slice() {
             return Ok(None);
         }
-        let mut cursor = SegmentCursor::new(self.clone(), KeyRange::point(key), false, columns);
-        // One read of the pages that hold the key, even across a page edge.
-        cursor.window = usize::MAX;
-        while let Some(chunk) = cursor.next_chunk().await? {
-            if let Some((_, st)) = chunk.into_iter().next() {
-                return Ok(Some(st));
+        let Some(file) = self.local_file()? else {
+            if !self.may_contain(key).await? {
+                return Ok(None);
+            }
+            let mut cursor = SegmentCursor::new(self.clone(), KeyRange::point(key), false, columns);
+            // One read of the pages that hold the key, even across a page edge.
+            cursor.window = usize::MAX;
+            while let Some(chunk) = cursor.next_chunk().await? {
+                if let Some((_, st)) = chunk.into_iter().next() {
+                    return Ok(Some(st));
+                }
+            }
+            return Ok(None);
+        };
+        // A mapped file: Parquet's column readers over the key's pages.
+        let meta = self.reader_metadata().await?;
+        let blooms = self.blooms().await?;
+        let md = meta.metadata();
+        let range = KeyRange::point(key);
+        let bounds = |rg: usize| pk_bounds(md.row_group(rg).column(0).statistics());
+        // Row groups ascend by key: start at the first whose largest key is
+        // not below this one.
+        let n = md.num_row_groups();
+        let first = partition(n, |rg| bounds(rg).is_some_and(|(_, max)| max < key));
+        let file = Arc::new(Bytes::from_owner(MappedRange(file.clone(), 0..file.len())));
+        for rg in first..n {
+            match bounds(rg) {
+                Some((min, _)) if min > key => break,
+                Some((_, max)) if max < key => continue,
+                _ => {}
+            }
+            if blooms.get(rg).and_then(|b| b.as_ref()).is_some_and(|b| !b.check(key)) {
+                continue;
+            }
+            let group = RowGroupFile {
+                file: file.clone(),
+                md,
+                rg,
+                path: &self.meta.path,
+            };
+            if let Some(rows) = group.key_rows(0, selected_rows(md, rg, &range), key)? {
+                return group.key_state(rows, columns).map(Some);
             }
         }
         Ok(None)
@@ -470,23 +507,21 @@ fn selected_rows(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> Range<usi
         return 0..total;
     };
     let pages = pages.page_locations();
-    let mut first = None;
-    let mut last = None;
-    for i in 0..pages.len() {
-        let (Some(min), Some(max)) = (index.min_value(i), index.max_value(i)) else {
-            return 0..total;
-        };
-        if range.overlaps(min, max) {
-            first.get_or_insert(i);
-            last = Some(i);
-        }
+    let n = pages.len();
+    // Keys are sorted, so page bounds are too: the pages that overlap the
+    // range are one run, found by two binary searches.
+    let below = |i: usize| index.max_value(i).is_some_and(|max| max < range.lo.as_slice());
+    let starts_before_end = |i: usize| {
+        index
+            .min_value(i)
+            .is_none_or(|min| range.hi.as_deref().is_none_or(|h| min < h))
+    };
+    let first = partition(n, below);
+    let end = partition(n, starts_before_end);
+    if first >= end {
+        return 0..0;
     }
-    match (first, last) {
-        (Some(f), Some(l)) => {
-            pages[f].first_row_index as usize..pages.get(l + 1).map_or(total, |p| p.first_row_index as usize)
-        }
-        _ => 0..0,
-    }
+    pages[first].first_row_index as usize..pages.get(end).map_or(total, |p| p.first_row_index as usize)
 }
 
 struct AttrColumn<'a> {
