@@ -329,6 +329,9 @@ impl Database {
             tables.insert(entry.schema.name.clone(), t);
         }
         delete_orphans(&*store, &by_id.values().map(|(t, _)| t.clone()).collect::<Vec<_>>()).await?;
+        if let Some(root) = &local_root {
+            delete_staged_uploads(root.join("tables")).await?;
+        }
 
         let wal_dir = root.join("wal");
         let replayed = tokio::task::spawn_blocking({
@@ -757,6 +760,40 @@ async fn delete_orphans(store: &dyn ObjectStore, tables: &[Arc<TableInner>]) -> 
         }
     }
     Ok(())
+}
+
+/// Deletes the staging files of streamed uploads (compaction outputs) that
+/// a crash cut short. The local object store stages an upload as
+/// `NAME#N` beside its destination and leaves such files out of listings,
+/// so `delete_orphans` never sees them.
+async fn delete_staged_uploads(tables: PathBuf) -> Result<()> {
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        let Ok(dirs) = std::fs::read_dir(&tables) else {
+            return Ok(());
+        };
+        for table in dirs.flatten() {
+            let Ok(files) = std::fs::read_dir(table.path().join("segments")) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let name = f.file_name();
+                let staged = name
+                    .to_str()
+                    .and_then(|n| n.rsplit_once('#'))
+                    .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                if staged {
+                    match std::fs::remove_file(f.path()) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(Error::io(format!("delete {}", f.path().display()), e)),
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::io("delete staged uploads", e))?
 }
 
 fn lock_dir(root: &Path) -> Result<File> {

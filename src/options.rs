@@ -25,9 +25,9 @@ pub struct DbOptions {
     pub row_group_rows: usize,
     /// Rows per segment data page. Defaults to 256.
     pub page_rows: usize,
-    /// Output segments of a compaction are cut past this many bytes; a
-    /// compaction holds about one output segment in memory. Defaults to
-    /// 128 MiB.
+    /// Output segments of a compaction are cut past this many bytes (they
+    /// stream to the store as they are written, so this costs no memory).
+    /// Defaults to 128 MiB.
     pub compaction_segment_bytes: usize,
     /// Compact in the background without being asked. Defaults to true.
     pub auto_compaction: bool,

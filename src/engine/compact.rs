@@ -23,9 +23,10 @@
 //!
 //! Inputs are merged column-wise ([`super::merge`]): keys one input alone
 //! holds are copied without decoding, the rest folded with the rules reads
-//! use. Output rows stream into a segment builder, so memory is about one
-//! output segment (`DbOptions::compaction_segment_bytes`) plus a batch per
-//! input. The merge holds no lock that flushes or writes wait for: only
+//! use. Output rows stream into a segment builder whose file streams to the
+//! object store as a multipart upload, so memory is a batch per input, the
+//! row group being encoded and a few upload parts, whatever the output
+//! size (`DbOptions::compaction_segment_bytes`). The merge holds no lock that flushes or writes wait for: only
 //! the commit (a manifest version swapping inputs for outputs) takes the
 //! table's manifest lock. A failure before the commit deletes the outputs
 //! written so far and leaves the table as it was.
@@ -37,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use object_store::ObjectStoreExt;
 
-use super::flush::{FlushEnv, put_durable, sync_object};
+use super::flush::{FlushEnv, UploadSink, sync_object};
 use super::merge::{ColumnarMerge, GcRules};
 use super::table::TableInner;
 use crate::error::{Error, Result};
@@ -217,7 +218,6 @@ async fn merge(
         env: p.env.clone(),
         columns,
         expected_keys: inputs.iter().map(|s| s.meta.num_keys as usize).sum(),
-        input_bytes: inputs.iter().map(|s| s.meta.size_bytes as usize).sum(),
         output_bytes: p.output_bytes,
         seq_range: (
             inputs.iter().map(|s| s.meta.min_seq).min().unwrap_or(0),
@@ -245,7 +245,6 @@ struct OutputWriter {
     env: FlushEnv,
     columns: Vec<(String, TypeSet)>,
     expected_keys: usize,
-    input_bytes: usize,
     output_bytes: usize,
     seq_range: (u64, u64),
     cancel: Option<Arc<AtomicBool>>,
@@ -260,7 +259,8 @@ impl OutputWriter {
         rt: &tokio::runtime::Handle,
         written: &mut Vec<SegmentMeta>,
     ) -> Result<bool> {
-        let mut builder: Option<SegmentBuilder> = None;
+        // The output being written, with its reserved id, path and run.
+        let mut builder: Option<(SegmentBuilder<UploadSink>, (u64, String, u64))> = None;
         let mut run: Option<u64> = None;
         loop {
             if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Acquire))
@@ -271,46 +271,54 @@ impl OutputWriter {
             let batch = merger.next_batch(rt)?;
             let done = batch.is_none();
             if let Some(batch) = batch {
-                let b = match &mut builder {
+                let (b, _) = match &mut builder {
                     Some(b) => b,
                     None => {
-                        let mut b = SegmentBuilder::new(
+                        // Reserve an id: the next manifest version records
+                        // the counter; a crash before that leaves an orphan
+                        // that the next open deletes.
+                        let id = rt.block_on(async {
+                            let mut m = self.table.manifest.lock().await;
+                            m.1.next_segment_id += 1;
+                            m.1.next_segment_id - 1
+                        });
+                        let path = format!("tables/{}/segments/{:020}.parquet", self.table.id, id);
+                        // The file streams to the store as it is encoded:
+                        // an output is never held whole in memory.
+                        let sink = UploadSink::start(&self.env, &path, rt)?;
+                        let b = SegmentBuilder::with_sink(
+                            sink,
                             &self.table.schema,
                             self.columns.clone(),
                             self.env.segment_options,
                             self.expected_keys,
                         )?;
-                        // Outputs are cut past `output_bytes` and are rarely
-                        // larger than the inputs.
-                        b.reserve(self.output_bytes.min(self.input_bytes) / 8 * 9 + (1 << 20));
-                        builder.insert(b)
+                        builder.insert((b, (id, path, *run.get_or_insert(id))))
                     }
                 };
                 b.push_batch(&batch)?;
             }
             if builder
                 .as_ref()
-                .is_some_and(|b| done || b.approx_bytes() >= self.output_bytes)
+                .is_some_and(|(b, _)| done || b.approx_bytes() >= self.output_bytes)
             {
-                let b = builder.take().expect("checked above");
-                let (bytes, mut meta) = b.finish(self.seq_range)?;
-                rt.block_on(async {
-                    // Reserve an id: the next manifest version records the
-                    // counter; a crash before that leaves an orphan that the
-                    // next open deletes.
-                    meta.id = {
-                        let mut m = self.table.manifest.lock().await;
-                        m.1.next_segment_id += 1;
-                        m.1.next_segment_id - 1
-                    };
-                    meta.path = format!("tables/{}/segments/{:020}.parquet", self.table.id, meta.id);
-                    meta.run = Some(*run.get_or_insert(meta.id));
-                    let size = bytes.len() as u64;
-                    written.push(meta.clone());
-                    put_durable(&self.env, &meta.path, bytes).await?;
-                    self.table.stats.compaction_bytes.fetch_add(size, Ordering::Relaxed);
-                    Ok::<_, Error>(())
-                })?;
+                let (b, (id, path, run)) = builder.take().expect("checked above");
+                let (sink, meta) = b.finish_into(self.seq_range)?;
+                let mut meta = SegmentMeta {
+                    id,
+                    path,
+                    run: Some(run),
+                    ..meta
+                };
+                // Listed before the upload completes, so that a failure
+                // from here on deletes the file.
+                written.push(meta.clone());
+                meta.size_bytes = sink.finish(&self.env)?;
+                *written.last_mut().expect("pushed above") = meta;
+                self.table
+                    .stats
+                    .compaction_bytes
+                    .fetch_add(written.last().map_or(0, |m| m.size_bytes), Ordering::Relaxed);
             }
             if done {
                 return Ok(true);

@@ -125,3 +125,67 @@ pub(crate) async fn sync_object(env: &FlushEnv, path: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Bytes per part of a streamed upload, and parts in flight at once: a
+/// streamed file holds at most about `UPLOAD_PART_BYTES * (UPLOAD_PARTS + 1)`
+/// in memory, whatever its size.
+const UPLOAD_PART_BYTES: usize = 8 << 20;
+const UPLOAD_PARTS: usize = 2;
+
+/// A blocking [`std::io::Write`] that streams a new object through a
+/// multipart upload, for code running on a blocking thread (compaction
+/// outputs). Nothing is visible under the path until [`UploadSink::finish`];
+/// dropping the sink unfinished aborts the upload (the local store deletes
+/// its staging file).
+pub(crate) struct UploadSink {
+    upload: object_store::WriteMultipart,
+    rt: tokio::runtime::Handle,
+    path: String,
+    written: u64,
+}
+
+impl UploadSink {
+    pub fn start(env: &FlushEnv, path: &str, rt: &tokio::runtime::Handle) -> Result<Self> {
+        let upload = rt.block_on(env.store.put_multipart(&Path::from(path)))?;
+        Ok(UploadSink {
+            upload: object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_BYTES),
+            rt: rt.clone(),
+            path: path.to_string(),
+            written: 0,
+        })
+    }
+
+    /// Completes the upload and makes the file durable; returns its size.
+    pub fn finish(self, env: &FlushEnv) -> Result<u64> {
+        let UploadSink {
+            upload,
+            rt,
+            path,
+            written,
+        } = self;
+        rt.block_on(async {
+            upload.finish().await?;
+            sync_object(env, &path).await
+        })?;
+        Ok(written)
+    }
+}
+
+impl std::io::Write for UploadSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let upload = &mut self.upload;
+        // Bounded memory: wait while too many parts are still in flight.
+        self.rt
+            .block_on(upload.wait_for_capacity(UPLOAD_PARTS))
+            .map_err(|e| std::io::Error::other(format!("upload {}: {e}", self.path)))?;
+        // Full parts are handed to the runtime as tasks.
+        let _runtime = self.rt.enter();
+        upload.write(buf);
+        self.written += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

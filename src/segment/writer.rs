@@ -44,13 +44,15 @@ impl Default for SegmentWriteOptions {
 
 const BATCH_ROWS: usize = 8192;
 
-/// Builds one segment file from key states pushed in key order.
-pub(crate) struct SegmentBuilder {
+/// Builds one segment file from key states pushed in key order, into `W`:
+/// a `Vec<u8>` (a flush, then one put) or a streaming upload (compaction
+/// outputs, which would otherwise be held whole in memory).
+pub(crate) struct SegmentBuilder<W: std::io::Write + Send = Vec<u8>> {
     table: TableSchema,
     opts: SegmentWriteOptions,
     columns: Vec<(String, TypeSet)>,
     schema: Arc<Schema>,
-    writer: ArrowWriter<Vec<u8>>,
+    writer: ArrowWriter<W>,
     batch: BatchBuilder,
     num_rows: u64,
     num_keys: u64,
@@ -67,11 +69,31 @@ struct CopiedStats {
     newest_ts: i64,
 }
 
-impl SegmentBuilder {
-    /// `columns`: every attribute column the states may hold, with the value
-    /// types that may occur (sorted by name); `expected_keys` sizes the
-    /// bloom filter.
+impl SegmentBuilder<Vec<u8>> {
+    /// A segment built in memory. `columns`: every attribute column the
+    /// states may hold, with the value types that may occur (sorted by
+    /// name); `expected_keys` sizes the bloom filter.
     pub fn new(
+        table: &TableSchema,
+        columns: Vec<(String, TypeSet)>,
+        opts: SegmentWriteOptions,
+        expected_keys: usize,
+    ) -> Result<Self> {
+        SegmentBuilder::with_sink(Vec::new(), table, columns, opts, expected_keys)
+    }
+
+    /// The file bytes and metadata (`id` and `path` left for the caller).
+    pub fn finish(self, seq_range: (u64, u64)) -> Result<(Vec<u8>, SegmentMeta)> {
+        let (bytes, mut meta) = self.finish_into(seq_range)?;
+        meta.size_bytes = bytes.len() as u64;
+        Ok((bytes, meta))
+    }
+}
+
+impl<W: std::io::Write + Send> SegmentBuilder<W> {
+    /// A segment written to `sink` as it is built.
+    pub fn with_sink(
+        sink: W,
         table: &TableSchema,
         columns: Vec<(String, TypeSet)>,
         opts: SegmentWriteOptions,
@@ -79,7 +101,7 @@ impl SegmentBuilder {
     ) -> Result<Self> {
         let schema = format::arrow_schema(table, &columns);
         let props = writer_properties(table, &columns, opts, expected_keys);
-        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
+        let writer = ArrowWriter::try_new(sink, schema.clone(), Some(props))?;
         let batch = BatchBuilder::new(table, &columns);
         let copied = CopiedStats {
             counts: vec![[0; 5]; columns.len()],
@@ -99,13 +121,6 @@ impl SegmentBuilder {
             max_key: Vec::new(),
             copied,
         })
-    }
-
-    /// Reserves room for a file of about `bytes`, so that the buffer never
-    /// grows by copying (a doubling copy of a 128 MiB output briefly holds
-    /// 192 MiB). Untouched room costs address space, not memory.
-    pub fn reserve(&mut self, bytes: usize) {
-        self.writer.inner_mut().reserve(bytes);
     }
 
     /// Adds rows already in this segment's layout: whole keys
@@ -217,8 +232,9 @@ impl SegmentBuilder {
         self.writer.bytes_written() + self.writer.in_progress_size() + self.batch.rows * 64
     }
 
-    /// The file bytes and metadata (`id` and `path` left for the caller).
-    pub fn finish(mut self, seq_range: (u64, u64)) -> Result<(Vec<u8>, SegmentMeta)> {
+    /// Completes the file in the sink and returns it with the segment's
+    /// metadata (`id`, `path` and `size_bytes` left for the caller).
+    pub fn finish_into(mut self, seq_range: (u64, u64)) -> Result<(W, SegmentMeta)> {
         if self.batch.rows > 0 {
             self.write_batch()?;
         }
@@ -226,7 +242,7 @@ impl SegmentBuilder {
         let meta = SegmentMeta {
             id: 0,
             path: String::new(),
-            size_bytes: bytes.len() as u64,
+            size_bytes: 0,
             min_key: self.min_key.as_deref().map(hex_encode).unwrap_or_default(),
             max_key: hex_encode(&self.max_key),
             num_keys: self.num_keys,

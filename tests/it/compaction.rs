@@ -283,7 +283,9 @@ fn walkdir(p: std::path::PathBuf) -> Vec<String> {
         let path = e.path();
         if path.is_dir() {
             out.extend(walkdir(path));
-        } else if path.extension().is_some_and(|x| x == "parquet") {
+        } else if path.to_string_lossy().contains(".parquet") {
+            // Segments, and the staging files (`NAME.parquet#N`) of
+            // streamed uploads, which must not be left behind either.
             out.push(path.display().to_string());
         }
     }
@@ -402,4 +404,33 @@ async fn a_merge_keeps_every_version_across_batches_columns_and_types() {
     db.close().await.unwrap();
     let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
     assert_eq!(scan_all(&db.table("t").unwrap(), all()).await, before);
+}
+
+/// Compaction outputs stream through multipart uploads; the local store
+/// stages them as `NAME#N`, out of its listings. A crash leaves such a file:
+/// the next open deletes it, and keeps everything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_uploads_left_by_a_crash_are_deleted_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    put_range(&t, 0..100, "a").await;
+    t.flush().await.unwrap();
+    put_range(&t, 50..150, "b").await;
+    t.flush().await.unwrap();
+    t.compact().await.unwrap();
+    let rows = scan_all(&t, GetRange::new()).await;
+    assert_eq!(rows.len(), 150);
+    drop(t);
+    db.close().await.unwrap();
+    let segments = walkdir(dir.path().join("tables"));
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    let seg_dir = std::path::Path::new(&segments[0]).parent().unwrap().to_path_buf();
+    let staged = seg_dir.join("00000000000000000099.parquet#3");
+    std::fs::write(&staged, b"half an upload").unwrap();
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    assert!(!staged.exists());
+    assert_eq!(walkdir(dir.path().join("tables")), segments);
+    assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await, rows);
 }
