@@ -50,10 +50,14 @@ async fn child(rows: u64, compaction: bool) {
         Some(d) => tempfile::tempdir_in(d).unwrap(),
         None => tempfile::tempdir().unwrap(),
     };
-    let opts = DbOptions {
+    let mut opts = DbOptions {
         auto_compaction: compaction,
         ..Default::default()
     };
+    // Experiment knob: the compaction trigger (runs per table).
+    if let Some(n) = std::env::var("CELLAR_BENCH_TRIGGER_RUNS").ok().and_then(|v| v.parse().ok()) {
+        opts.compaction_trigger_runs = n;
+    }
     let db = Database::open_with(dir.path(), opts).await.unwrap();
     let t = common::bench_table(&db).await;
     let start = Instant::now();
