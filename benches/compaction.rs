@@ -55,7 +55,10 @@ async fn child(rows: u64, compaction: bool) {
         ..Default::default()
     };
     // Experiment knob: the compaction trigger (runs per table).
-    if let Some(n) = std::env::var("CELLAR_BENCH_TRIGGER_RUNS").ok().and_then(|v| v.parse().ok()) {
+    if let Some(n) = std::env::var("CELLAR_BENCH_TRIGGER_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         opts.compaction_trigger_runs = n;
     }
     let db = Database::open_with(dir.path(), opts).await.unwrap();

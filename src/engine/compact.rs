@@ -26,10 +26,11 @@
 //! use. Output rows stream into a segment builder whose file streams to the
 //! object store as a multipart upload, so memory is a batch per input, the
 //! row group being encoded and a few upload parts, whatever the output
-//! size (`DbOptions::compaction_segment_bytes`). The merge holds no lock that flushes or writes wait for: only
-//! the commit (a manifest version swapping inputs for outputs) takes the
-//! table's manifest lock. A failure before the commit deletes the outputs
-//! written so far and leaves the table as it was.
+//! size (`DbOptions::compaction_segment_bytes`). The merge holds no lock
+//! that flushes or writes wait for: only the commit (a manifest version
+//! swapping inputs for outputs) takes the table's manifest lock. A failure
+//! before the commit deletes the outputs written so far and leaves the
+//! table as it was.
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -304,21 +305,17 @@ impl OutputWriter {
             {
                 let (b, (id, path, run)) = builder.take().expect("checked above");
                 let (sink, meta) = b.finish_into(self.seq_range)?;
-                let mut meta = SegmentMeta {
+                // Listed before the upload completes, so that a failure
+                // from here on deletes the file.
+                written.push(SegmentMeta {
                     id,
                     path,
                     run: Some(run),
                     ..meta
-                };
-                // Listed before the upload completes, so that a failure
-                // from here on deletes the file.
-                written.push(meta.clone());
-                meta.size_bytes = sink.finish(&self.env)?;
-                *written.last_mut().expect("pushed above") = meta;
-                self.table
-                    .stats
-                    .compaction_bytes
-                    .fetch_add(written.last().map_or(0, |m| m.size_bytes), Ordering::Relaxed);
+                });
+                let size = sink.finish(&self.env)?;
+                written.last_mut().expect("pushed above").size_bytes = size;
+                self.table.stats.compaction_bytes.fetch_add(size, Ordering::Relaxed);
             }
             if done {
                 return Ok(true);

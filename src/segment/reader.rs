@@ -151,6 +151,7 @@ impl Segment {
                 rg,
                 path: &self.meta.path,
             };
+            // `__pk` is the first column, so leaf 0.
             if let Some(rows) = group.key_rows(0, selected_rows(md, rg, &range), key)? {
                 return group.key_state(rows, columns).map(Some);
             }
