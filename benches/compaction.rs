@@ -54,7 +54,13 @@ async fn child(rows: u64, compaction: bool) {
         auto_compaction: compaction,
         ..Default::default()
     };
-    // Experiment knob: the compaction trigger (runs per table).
+    // Experiment knobs: the memtable size and the compaction trigger.
+    if let Some(mb) = std::env::var("CELLAR_BENCH_MEMTABLE_MB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        opts.memtable_bytes = mb << 20;
+    }
     if let Some(n) = std::env::var("CELLAR_BENCH_TRIGGER_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
