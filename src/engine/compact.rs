@@ -241,6 +241,9 @@ async fn merge(
 }
 
 /// Cuts merged rows into output segments and stores them.
+/// The output being written, with its reserved id, path and run.
+type OpenOutput = (SegmentBuilder<UploadSink>, (u64, String, u64));
+
 struct OutputWriter {
     table: Arc<TableInner>,
     env: FlushEnv,
@@ -254,14 +257,25 @@ struct OutputWriter {
 impl OutputWriter {
     /// Writes every output segment; each is listed in `written` before its
     /// file is stored, so a failure can delete it. False: cancelled.
-    fn run(
+    fn run(&self, merger: ColumnarMerge, rt: &tokio::runtime::Handle, written: &mut Vec<SegmentMeta>) -> Result<bool> {
+        let mut builder = None;
+        let result = self.write_outputs(merger, rt, written, &mut builder);
+        if !matches!(result, Ok(true))
+            && let Some((b, _)) = builder.as_mut()
+        {
+            // Failed or cancelled with an output half written.
+            b.sink_mut().abort();
+        }
+        result
+    }
+
+    fn write_outputs(
         &self,
         mut merger: ColumnarMerge,
         rt: &tokio::runtime::Handle,
         written: &mut Vec<SegmentMeta>,
+        builder: &mut Option<OpenOutput>,
     ) -> Result<bool> {
-        // The output being written, with its reserved id, path and run.
-        let mut builder: Option<(SegmentBuilder<UploadSink>, (u64, String, u64))> = None;
         let mut run: Option<u64> = None;
         loop {
             if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Acquire))
@@ -272,7 +286,7 @@ impl OutputWriter {
             let batch = merger.next_batch(rt)?;
             let done = batch.is_none();
             if let Some(batch) = batch {
-                let (b, _) = match &mut builder {
+                let (b, _) = match builder {
                     Some(b) => b,
                     None => {
                         // Reserve an id: the next manifest version records

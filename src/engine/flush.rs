@@ -134,11 +134,13 @@ const UPLOAD_PARTS: usize = 2;
 
 /// A blocking [`std::io::Write`] that streams a new object through a
 /// multipart upload, for code running on a blocking thread (compaction
-/// outputs). Nothing is visible under the path until [`UploadSink::finish`];
-/// dropping the sink unfinished aborts the upload (the local store deletes
-/// its staging file).
+/// outputs). Nothing is visible under the path until [`UploadSink::finish`].
+/// An upload given up on is aborted with [`UploadSink::abort`] (the local
+/// store then deletes its staging file before the call returns); dropping
+/// the sink also aborts, in the background.
 pub(crate) struct UploadSink {
-    upload: object_store::WriteMultipart,
+    /// `None` once aborted.
+    upload: Option<object_store::WriteMultipart>,
     rt: tokio::runtime::Handle,
     path: String,
     written: u64,
@@ -148,7 +150,10 @@ impl UploadSink {
     pub fn start(env: &FlushEnv, path: &str, rt: &tokio::runtime::Handle) -> Result<Self> {
         let upload = rt.block_on(env.store.put_multipart(&Path::from(path)))?;
         Ok(UploadSink {
-            upload: object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_BYTES),
+            upload: Some(object_store::WriteMultipart::new_with_chunk_size(
+                upload,
+                UPLOAD_PART_BYTES,
+            )),
             rt: rt.clone(),
             path: path.to_string(),
             written: 0,
@@ -163,17 +168,29 @@ impl UploadSink {
             path,
             written,
         } = self;
+        let upload = upload.ok_or_else(|| Error::io(format!("upload {path}"), "it was aborted"))?;
         rt.block_on(async {
             upload.finish().await?;
             sync_object(env, &path).await
         })?;
         Ok(written)
     }
+
+    /// Gives the upload up and waits until the store has cleaned it up
+    /// (best effort: the next open deletes what is left).
+    pub fn abort(&mut self) {
+        if let Some(upload) = self.upload.take() {
+            let _ = self.rt.block_on(upload.abort());
+        }
+    }
 }
 
 impl std::io::Write for UploadSink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let upload = &mut self.upload;
+        let upload = self
+            .upload
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other(format!("upload {} was aborted", self.path)))?;
         // Bounded memory: wait while too many parts are still in flight.
         self.rt
             .block_on(upload.wait_for_capacity(UPLOAD_PARTS))

@@ -232,6 +232,11 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         self.writer.bytes_written() + self.writer.in_progress_size() + self.batch.rows * 64
     }
 
+    /// The sink the file is written to.
+    pub fn sink_mut(&mut self) -> &mut W {
+        self.writer.inner_mut()
+    }
+
     /// Completes the file in the sink and returns it with the segment's
     /// metadata (`id`, `path` and `size_bytes` left for the caller).
     pub fn finish_into(mut self, seq_range: (u64, u64)) -> Result<(W, SegmentMeta)> {

@@ -292,8 +292,17 @@ fn walkdir(p: std::path::PathBuf) -> Vec<String> {
     out
 }
 
+/// Writes before the injected failure: each output is an upload start, its
+/// parts (one here) and a completion. 2: the first output's completion
+/// fails; 1: its part fails; 4: the second output's part fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_failing_midway_changes_nothing_and_the_next_one_succeeds() {
+    for writes in [2, 1, 4] {
+        compaction_failing_after(writes).await;
+    }
+}
+
+async fn compaction_failing_after(writes: i64) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
@@ -313,18 +322,23 @@ async fn a_compaction_failing_midway_changes_nothing_and_the_next_one_succeeds()
     let before = walkdir(dir.path().join("tables"));
     let rows_before = scan_all(&t, GetRange::new()).await;
     assert_eq!(rows_before.len(), 6500);
-    store.fail_after(2);
+    store.fail_after(writes);
     let err = t.compact().await.unwrap_err();
     assert!(err.message().contains("injected"), "{}", err.message());
     // Readable and complete, with the same segments; the outputs written
-    // before the failure are gone.
+    // before the failure are gone, and so are the staging files of failed
+    // uploads (an upload whose part failed is cleaned up by the store in
+    // the background).
     assert_eq!(t.stats().segments, 3);
     assert_eq!(scan_all(&t, GetRange::new()).await, rows_before);
-    let mut after = walkdir(dir.path().join("tables"));
-    after.sort();
     let mut expected = before.clone();
     expected.sort();
-    assert_eq!(after, expected);
+    let files = || {
+        let mut after = walkdir(dir.path().join("tables"));
+        after.sort();
+        after
+    };
+    wait_until("only the input files are left", || files() == expected).await;
     store.heal();
     t.compact().await.unwrap();
     let s = t.stats();

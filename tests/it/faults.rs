@@ -12,16 +12,22 @@ use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
-    PutOptions, PutPayload, PutResult,
+    PutOptions, PutPayload, PutResult, UploadPart,
 };
 
 use crate::common::*;
 
 /// Delegates to a real store; while `fail_puts` is set every write fails,
-/// and once `puts_left` (when not negative) counts down to zero too.
+/// and once `puts_left` (when not negative) counts down to zero too. The
+/// parts and completion of a multipart upload count as writes.
 #[derive(Debug)]
 pub struct FailingStore {
     inner: Arc<dyn object_store::ObjectStore>,
+    faults: Arc<Faults>,
+}
+
+#[derive(Debug)]
+struct Faults {
     fail_puts: AtomicBool,
     puts_left: AtomicI64,
 }
@@ -30,19 +36,29 @@ impl FailingStore {
     pub fn over(inner: Arc<dyn object_store::ObjectStore>) -> Self {
         FailingStore {
             inner,
-            fail_puts: AtomicBool::new(false),
-            puts_left: AtomicI64::new(-1),
+            faults: Arc::new(Faults {
+                fail_puts: AtomicBool::new(false),
+                puts_left: AtomicI64::new(-1),
+            }),
         }
     }
 
     /// The next `n` writes succeed, then every write fails.
     pub fn fail_after(&self, n: i64) {
-        self.puts_left.store(n, Ordering::SeqCst);
+        self.faults.puts_left.store(n, Ordering::SeqCst);
+    }
+
+    pub fn fail_all(&self, fail: bool) {
+        self.faults.fail_puts.store(fail, Ordering::SeqCst);
     }
 
     pub fn heal(&self) {
-        self.fail_puts.store(false, Ordering::SeqCst);
-        self.puts_left.store(-1, Ordering::SeqCst);
+        self.fail_all(false);
+        self.faults.puts_left.store(-1, Ordering::SeqCst);
+    }
+
+    fn check(&self) -> object_store::Result<()> {
+        self.faults.check()
     }
 }
 
@@ -52,7 +68,7 @@ impl fmt::Display for FailingStore {
     }
 }
 
-impl FailingStore {
+impl Faults {
     fn check(&self) -> object_store::Result<()> {
         let left = self
             .puts_left
@@ -65,6 +81,33 @@ impl FailingStore {
             });
         }
         Ok(())
+    }
+}
+
+/// A multipart upload of the real store whose parts and completion fail
+/// as the store's writes do.
+#[derive(Debug)]
+struct FailingUpload {
+    inner: Box<dyn MultipartUpload>,
+    faults: Arc<Faults>,
+}
+
+#[async_trait::async_trait]
+impl MultipartUpload for FailingUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        match self.faults.check() {
+            Ok(()) => self.inner.put_part(data),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    async fn complete(&mut self) -> object_store::Result<PutResult> {
+        self.faults.check()?;
+        self.inner.complete().await
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        self.inner.abort().await
     }
 }
 
@@ -86,7 +129,11 @@ impl ObjectStore for FailingStore {
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         self.check()?;
-        self.inner.put_multipart_opts(location, opts).await
+        let inner = self.inner.put_multipart_opts(location, opts).await?;
+        Ok(Box::new(FailingUpload {
+            inner,
+            faults: self.faults.clone(),
+        }))
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
@@ -134,7 +181,7 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
     for i in 50..100 {
         t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
     }
-    store.fail_puts.store(true, Ordering::SeqCst);
+    store.fail_all(true);
     let err = t.flush().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
     assert!(err.message().contains("injected"), "{}", err.message());
@@ -152,7 +199,7 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
     let t = db.table("t").unwrap();
     assert_eq!(scan_all(&t, GetRange::new()).await.len(), 101);
 
-    store.fail_puts.store(false, Ordering::SeqCst);
+    store.fail_all(false);
     t.flush().await.unwrap();
     t.compact().await.unwrap();
     assert_eq!(t.stats().segments, 1);
