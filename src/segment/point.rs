@@ -292,16 +292,34 @@ fn map<T>(col: Leaf<T>, f: impl Fn(T) -> Value) -> Vec<Option<Value>> {
 /// the first wanted page, it counts as one page of all the rows before
 /// them, which `skip_records` passes over without reading.
 fn pick_pages(pages: &[PageLocation], rows: &Range<usize>) -> Vec<PageLocation> {
-    let holds = |i: usize| pages[i].first_row_index as usize <= rows.start;
-    let first = partition(pages.len(), holds).saturating_sub(1);
-    let last_row = rows.end.saturating_sub(1).max(rows.start);
-    let end = partition(pages.len(), |i| pages[i].first_row_index as usize <= last_row);
-    let mut out = Vec::with_capacity(end.saturating_sub(first) + 1);
+    if pages.is_empty() {
+        return Vec::new();
+    }
+    let first = page_of(pages, rows.start);
+    let last = page_of(pages, rows.end.saturating_sub(1).max(rows.start)).max(first);
+    let mut out = Vec::with_capacity(last - first + 2);
     if first > 0 {
         out.push(pages[0].clone());
     }
-    out.extend_from_slice(&pages[first..end.max(first + 1).min(pages.len())]);
+    out.extend_from_slice(&pages[first..=last]);
     out
+}
+
+/// The page (index into non-empty `pages`) that holds `row`. Pages mostly
+/// hold the same number of rows, so the page that would hold it then is
+/// tried before a binary search: the page locations of a large segment do
+/// not stay in cache, and a search cost ~9 cache misses per column.
+fn page_of(pages: &[PageLocation], row: usize) -> usize {
+    let holds = |i: usize| {
+        pages[i].first_row_index as usize <= row && pages.get(i + 1).is_none_or(|n| n.first_row_index as usize > row)
+    };
+    if let Some(step) = pages.get(1).map(|p| p.first_row_index as usize).filter(|&s| s > 0) {
+        let guess = (row / step).min(pages.len() - 1);
+        if holds(guess) {
+            return guess;
+        }
+    }
+    partition(pages.len(), |i| pages[i].first_row_index as usize <= row).saturating_sub(1)
 }
 
 /// The first index in `0..n` where `pred` turns false (`pred` is true on a
@@ -340,5 +358,11 @@ mod tests {
         assert_eq!(rows(pick_pages(&pages, &(500..530))), vec![0, 256, 512]);
         assert_eq!(rows(pick_pages(&pages, &(900..901))), vec![0, 768]);
         assert_eq!(rows(pick_pages(&pages, &(200..300))), vec![0, 256]);
+        // Uneven pages: the guess misses and the search finds them.
+        let uneven: Vec<_> = [0, 100, 150, 700, 710].into_iter().map(loc).collect();
+        assert_eq!(rows(pick_pages(&uneven, &(0..1))), vec![0]);
+        assert_eq!(rows(pick_pages(&uneven, &(160..170))), vec![0, 150]);
+        assert_eq!(rows(pick_pages(&uneven, &(699..705))), vec![0, 150, 700]);
+        assert_eq!(rows(pick_pages(&uneven, &(5000..5001))), vec![0, 710]);
     }
 }
