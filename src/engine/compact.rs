@@ -240,10 +240,10 @@ async fn merge(
     result
 }
 
-/// Cuts merged rows into output segments and stores them.
 /// The output being written, with its reserved id, path and run.
 type OpenOutput = (SegmentBuilder<UploadSink>, (u64, String, u64));
 
+/// Cuts merged rows into output segments and stores them.
 struct OutputWriter {
     table: Arc<TableInner>,
     env: FlushEnv,

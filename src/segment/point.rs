@@ -188,79 +188,34 @@ impl RowGroupFile<'_> {
             return Err(self.err("missing a system column"));
         };
         // The row marker, tombstones and seq live on the key's first row.
-        let first = rows.start..rows.start + 1;
-        let seq = self.read::<Int64Type>(seq, first.clone())?;
-        let row = self.read::<Int32Type>(row, first.clone())?;
-        let row_ts = self.read::<Int64Type>(row_ts, first.clone())?;
-        let tomb = self.read::<ByteArrayType>(tomb, first)?;
+        let r = rows.start;
         let mut st = RowState {
-            seq: seq
-                .first()
-                .copied()
-                .flatten()
+            seq: self
+                .one::<Int64Type>(seq, r)?
                 .ok_or_else(|| self.err("__seq is null"))? as u64,
-            replace: row
-                .first()
-                .copied()
-                .flatten()
+            replace: self
+                .one::<Int32Type>(row, r)?
                 .ok_or_else(|| self.err("__row is null"))?
                 != ROW_MERGE as i32,
-            row_ts: row_ts.first().copied().flatten(),
+            row_ts: self.one::<Int64Type>(row_ts, r)?,
             columns: Default::default(),
         };
-        if let Some(Some(t)) = tomb.first() {
+        if let Some(t) = self.one::<ByteArrayType>(tomb, r)? {
             decode_tombstones(t.data(), &mut st)?;
         }
-        for AttrLeaves {
-            name,
-            ts,
-            values: children,
-        } in attrs
-        {
-            let ts_leaf = ts.ok_or_else(|| self.err(format!("column {name} has no ts child")))?;
+        for attr in attrs {
+            let name = attr.name;
+            let ts_leaf = attr
+                .ts
+                .ok_or_else(|| self.err(format!("column {name} has no ts child")))?;
             let ts = self.read::<Int64Type>(ts_leaf, rows.clone())?;
             let mut values: Vec<Option<Value>> = vec![None; rows.len()];
-            for (child, leaf) in children {
-                let fill = |values: &mut Vec<Option<Value>>, col: Vec<Option<Value>>| {
-                    for (slot, v) in values.iter_mut().zip(col) {
-                        if slot.is_none() {
-                            *slot = v;
-                        }
+            for (child, leaf) in &attr.values {
+                let col = self.child_values(&name, child, *leaf, rows.clone())?;
+                for (slot, v) in values.iter_mut().zip(col) {
+                    if slot.is_none() {
+                        *slot = v;
                     }
-                };
-                match child.as_str() {
-                    "i" => fill(
-                        &mut values,
-                        map(self.read::<Int64Type>(leaf, rows.clone())?, Value::Integer),
-                    ),
-                    "d" => fill(
-                        &mut values,
-                        map(self.read::<DoubleType>(leaf, rows.clone())?, Value::Double),
-                    ),
-                    "t" => fill(
-                        &mut values,
-                        map(self.read::<BoolType>(leaf, rows.clone())?, Value::Boolean),
-                    ),
-                    "b" => fill(
-                        &mut values,
-                        map(self.read::<ByteArrayType>(leaf, rows.clone())?, |b| {
-                            Value::Binary(b.data().to_vec())
-                        }),
-                    ),
-                    "s" => {
-                        let col = self.read::<ByteArrayType>(leaf, rows.clone())?;
-                        let mut strings = Vec::with_capacity(col.len());
-                        for v in col {
-                            strings.push(match v {
-                                Some(b) => Some(Value::String(String::from_utf8(b.data().to_vec()).map_err(|_| {
-                                    self.err(format!("column {name} holds a string that is not UTF-8"))
-                                })?)),
-                                None => None,
-                            });
-                        }
-                        fill(&mut values, strings)
-                    }
-                    other => return Err(self.err(format!("column {name} has an unknown value child {other:?}"))),
                 }
             }
             // A version exists where the struct is set (its `ts` is), and
@@ -273,6 +228,40 @@ impl RowGroupFile<'_> {
         }
         Ok(st)
     }
+
+    /// The value of leaf `leaf` in row `row`.
+    fn one<T: DataType>(&self, leaf: usize, row: usize) -> Result<Option<T::T>> {
+        Ok(self.read::<T>(leaf, row..row + 1)?.into_iter().next().flatten())
+    }
+
+    /// The values of value child `child` (leaf `leaf`) of attribute column
+    /// `column` in `rows`.
+    fn child_values(&self, column: &str, child: &str, leaf: usize, rows: Range<usize>) -> Result<Vec<Option<Value>>> {
+        fn map<T>(col: Leaf<T>, f: impl Fn(T) -> Value) -> Vec<Option<Value>> {
+            col.into_iter().map(|v| v.map(&f)).collect()
+        }
+        Ok(match child {
+            "i" => map(self.read::<Int64Type>(leaf, rows)?, Value::Integer),
+            "d" => map(self.read::<DoubleType>(leaf, rows)?, Value::Double),
+            "t" => map(self.read::<BoolType>(leaf, rows)?, Value::Boolean),
+            "b" => map(self.read::<ByteArrayType>(leaf, rows)?, |b| {
+                Value::Binary(b.data().to_vec())
+            }),
+            "s" => self
+                .read::<ByteArrayType>(leaf, rows)?
+                .into_iter()
+                .map(|v| {
+                    v.map(|b| {
+                        String::from_utf8(b.data().to_vec())
+                            .map(Value::String)
+                            .map_err(|_| self.err(format!("column {column} holds a string that is not UTF-8")))
+                    })
+                    .transpose()
+                })
+                .collect::<Result<_>>()?,
+            other => return Err(self.err(format!("column {column} has an unknown value child {other:?}"))),
+        })
+    }
 }
 
 /// The leaves of one attribute column: its `ts` and its value children.
@@ -280,10 +269,6 @@ struct AttrLeaves {
     name: String,
     ts: Option<usize>,
     values: Vec<(String, usize)>,
-}
-
-fn map<T>(col: Leaf<T>, f: impl Fn(T) -> Value) -> Vec<Option<Value>> {
-    col.into_iter().map(|v| v.map(&f)).collect()
 }
 
 /// The page locations a reader of `rows` needs: the pages that hold them,

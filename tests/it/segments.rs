@@ -122,6 +122,17 @@ async fn row_groups_are_cut_at_key_boundaries() {
 /// A `t` table keeping 3 versions, in a database whose segments have row
 /// groups of `row_group_rows` and pages of `page_rows`.
 async fn small_segments(row_group_rows: usize, page_rows: usize) -> (tempfile::TempDir, Table) {
+    let (dir, _db, t) = segments_table(row_group_rows, page_rows, 3).await;
+    (dir, t)
+}
+
+/// A `t` table keeping `max_versions` versions, in a database whose
+/// segments have row groups of `row_group_rows` and pages of `page_rows`.
+async fn segments_table(
+    row_group_rows: usize,
+    page_rows: usize,
+    max_versions: u32,
+) -> (tempfile::TempDir, Database, Table) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let opts = DbOptions {
@@ -133,12 +144,12 @@ async fn small_segments(row_group_rows: usize, page_rows: usize) -> (tempfile::T
     let t = card_order_table(
         &db,
         TableOptions {
-            max_versions: 3,
+            max_versions,
             ..Default::default()
         },
     )
     .await;
-    (dir, t)
+    (dir, db, t)
 }
 
 /// Non-overlapping segments are started lazily by a scan; overlapping ones
@@ -219,22 +230,7 @@ async fn scans_over_disjoint_and_overlapping_segments() {
 /// exactly as they did from the memtable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn point_gets_from_segments_match_the_memtable() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let opts = DbOptions {
-        row_group_rows: 500,
-        page_rows: 16,
-        ..DbOptions::default().clock(clock)
-    };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            max_versions: 50,
-            ..Default::default()
-        },
-    )
-    .await;
+    let (_dir, _db, t) = segments_table(500, 16, 50).await;
     let n = 300i64;
     // Key i has i % 41 + 1 versions of `c` (up to 41: three pages of 16).
     for i in 0..n {
