@@ -95,13 +95,17 @@ fn main() {
             ..Default::default()
         };
         // Experiments: CELLAR_BENCH_GROUP_ROWS / CELLAR_BENCH_PAGE_ROWS set
-        // the segment writer's row-group and page sizes; CELLAR_BENCH_COPY_OPTIONS
+        // the segment writer's row-group and page sizes, CELLAR_BENCH_PAGE_BYTES
+        // its page byte limit,
+        // CELLAR_BENCH_NUMERIC_DICT its numeric dictionary limit (0: off); CELLAR_BENCH_COPY_OPTIONS
         // is appended to the COPY that writes the plain Parquet file (e.g.
         // `OPTIONS (compression 'lz4_raw', max_row_group_size 16384)`).
         let env_num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
         let opts = DbOptions {
             row_group_rows: env_num("CELLAR_BENCH_GROUP_ROWS").unwrap_or(opts.row_group_rows),
             page_rows: env_num("CELLAR_BENCH_PAGE_ROWS").unwrap_or(opts.page_rows),
+            page_bytes: env_num("CELLAR_BENCH_PAGE_BYTES").unwrap_or(opts.page_bytes),
+            numeric_dictionary_bytes: env_num("CELLAR_BENCH_NUMERIC_DICT").unwrap_or(opts.numeric_dictionary_bytes),
             ..opts
         };
         let db = Database::open_with(&dir, opts).await.unwrap();

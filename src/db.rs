@@ -375,6 +375,8 @@ impl Database {
             segment_options: SegmentWriteOptions {
                 row_group_rows: options.row_group_rows,
                 page_rows: options.page_rows,
+                page_bytes: options.page_bytes,
+                numeric_dictionary_bytes: options.numeric_dictionary_bytes,
             },
         };
         let durability = options.durability;

@@ -23,8 +23,21 @@ pub struct DbOptions {
     pub wal_file_bytes: u64,
     /// Rows per segment row group. Defaults to 16384.
     pub row_group_rows: usize,
-    /// Rows per segment data page. Defaults to 256.
+    /// Rows handed to the Parquet writer at a time; where values are
+    /// sometimes null, a page may run up to this many rows past
+    /// `page_bytes`. Defaults to 256.
     pub page_rows: usize,
+    /// Segment data pages end once they hold this many encoded bytes: 256
+    /// plain 8-byte values, a few hundred prefix-compressed keys, thousands
+    /// of dictionary codes, runs or booleans. A point get decompresses about
+    /// this much per column it reads and a scan pays per page, so columns
+    /// that encode small get long pages. Defaults to 2 KiB.
+    pub page_bytes: usize,
+    /// Integer and double values of a row group are dictionary-encoded while
+    /// their distinct values fit in this many bytes (then plain). A point get
+    /// reads the dictionary whole, so it is kept small; 0 turns it off.
+    /// Defaults to 8 KiB (1024 distinct values).
+    pub numeric_dictionary_bytes: usize,
     /// Output segments of a compaction are cut past this many bytes (they
     /// stream to the store as they are written, so this costs no memory).
     /// Defaults to 128 MiB.
@@ -66,6 +79,8 @@ impl Default for DbOptions {
             wal_file_bytes: 64 << 20,
             row_group_rows: 16 * 1024,
             page_rows: 256,
+            page_bytes: 2 << 10,
+            numeric_dictionary_bytes: 8 << 10,
             compaction_segment_bytes: 128 << 20,
             auto_compaction: true,
             compaction_trigger_runs: 4,

@@ -1022,7 +1022,12 @@ impl SingleReader {
                     .column_by_name(format::TS)
                     .and_then(|t| t.as_primitive_opt::<Int64Type>())
             {
-                let valid = BooleanArray::from((0..st.len()).map(|i| st.is_valid(i)).collect::<Vec<_>>());
+                let present = format::cell_present(st);
+                let valid = BooleanArray::from(
+                    (0..st.len())
+                        .map(|i| present.as_ref().is_none_or(|p| p.is_valid(i)))
+                        .collect::<Vec<_>>(),
+                );
                 any = arrow::compute::or(&any, &and(&valid, &live(ts)?)?)?;
             }
         }

@@ -106,8 +106,9 @@ impl Cursor {
             for col in &batch.columns()[npk + 7..] {
                 let st = col.as_struct();
                 let ts = st.column(0).as_primitive::<Int64Type>();
+                let present = format::cell_present(st);
                 for (r, flag) in e.iter_mut().enumerate() {
-                    *flag |= st.is_valid(r) && ts.value(r) < cutoff;
+                    *flag |= present.as_ref().is_none_or(|p| p.is_valid(r)) && ts.value(r) < cutoff;
                 }
             }
             e
@@ -579,7 +580,19 @@ fn align(batch: &RecordBatch, schema: &SchemaRef, npk: usize) -> Result<RecordBa
                         None => Ok(new_null_array(f.data_type(), n)),
                     })
                     .collect::<Result<Vec<_>>>()?;
-                Arc::new(StructArray::try_new(fields.clone(), children, st.nulls().cloned())?)
+                // Older segments mark an absent cell on the struct: it
+                // moves to the children (the output struct is required).
+                let children = match st.nulls() {
+                    None => children,
+                    Some(absent) => children
+                        .into_iter()
+                        .map(|c| {
+                            let nulls = NullBuffer::union(Some(absent), c.nulls());
+                            Ok(make_array(c.into_data().into_builder().nulls(nulls).build()?))
+                        })
+                        .collect::<std::result::Result<Vec<_>, arrow::error::ArrowError>>()?,
+                };
+                Arc::new(StructArray::try_new(fields.clone(), children, None)?)
             }
             (DataType::Struct(fields), None) => absent_column(fields, n),
             (t, Some(a)) if a.data_type() == t => a.clone(),
@@ -597,23 +610,10 @@ fn align(batch: &RecordBatch, schema: &SchemaRef, npk: usize) -> Result<RecordBa
 }
 
 /// An attribute column with no cell, written as the row builder writes an
-/// absent cell (version 0, no value, null struct).
+/// absent cell (no version, no value).
 fn absent_column(fields: &Fields, n: usize) -> ArrayRef {
-    let children = fields
-        .iter()
-        .map(|f| {
-            if f.name() == format::TS {
-                Arc::new(Int64Array::from(vec![0; n])) as ArrayRef
-            } else {
-                new_null_array(f.data_type(), n)
-            }
-        })
-        .collect();
-    Arc::new(StructArray::new(
-        fields.clone(),
-        children,
-        Some(NullBuffer::new_null(n)),
-    ))
+    let children = fields.iter().map(|f| new_null_array(f.data_type(), n)).collect();
+    Arc::new(StructArray::new(fields.clone(), children, None))
 }
 
 /// `__max_ts` of rows from a segment without it: on rank 0, the newest of
@@ -626,16 +626,17 @@ fn derive_max_ts(batch: &RecordBatch, npk: usize) -> Result<ArrayRef> {
     };
     let rank = col(format::RANK)?.as_primitive::<UInt16Type>();
     let row_ts = col(format::ROW_TS)?.as_primitive::<Int64Type>();
-    let attrs: Vec<&StructArray> = batch.columns()[npk + 6..]
+    let attrs: Vec<(&StructArray, Option<NullBuffer>)> = batch.columns()[npk + 6..]
         .iter()
         .filter_map(|a| a.as_struct_opt())
+        .map(|st| (st, format::cell_present(st)))
         .collect();
     let mut out = Int64Builder::with_capacity(batch.num_rows());
     for r in 0..batch.num_rows() {
         let mut newest = (rank.value(r) == 0 && row_ts.is_valid(r)).then(|| row_ts.value(r));
         if rank.value(r) == 0 {
-            for st in &attrs {
-                if st.is_valid(r) {
+            for (st, present) in &attrs {
+                if present.as_ref().is_none_or(|p| p.is_valid(r)) {
                     let ts = st.column(0).as_primitive::<Int64Type>().value(r);
                     newest = Some(newest.map_or(ts, |t| t.max(ts)));
                 }
@@ -700,9 +701,83 @@ mod tests {
         // The new string child and the absent column read as no value.
         let a = aligned.column(8).as_struct();
         assert_eq!(a.column(2).null_count(), 4);
-        assert_eq!(aligned.column(9).null_count(), 4);
+        let absent = aligned.column(9).as_struct();
+        assert_eq!(format::cell_present(absent).map(|p| p.null_count()), Some(4));
+        assert!(absent.columns().iter().all(|c| c.null_count() == 4));
         let mut decoded = Vec::new();
         decode_batch(&aligned, &KeyRange::all(), &mut decoded).unwrap();
         assert_eq!(decoded, states);
+    }
+
+    /// Segments written before the struct became required mark an absent
+    /// cell on the struct, with a required `ts` (0 there). Reading and
+    /// compacting them must see the same cells as the current layout.
+    #[test]
+    fn older_nullable_struct_layout_reads_and_aligns_the_same() {
+        let table = TableSchema::new("t").pk("k", PkType::Integer);
+        let key = |i: i64| table.encode_pk(&crate::types::PrimaryKey::new().with("k", i)).unwrap();
+        let cell = |ts: i64, v: Value| ColumnState {
+            versions: vec![(ts, v)],
+            delete_all: false,
+            deleted: Vec::new(),
+        };
+        let state = |cols: Vec<(&str, ColumnState)>| RowState {
+            seq: 1,
+            replace: false,
+            row_ts: None,
+            columns: cols.into_iter().map(|(n, c)| (n.to_string(), c)).collect(),
+        };
+        let cols = vec![("a".to_string(), TypeSet(1)), ("b".to_string(), TypeSet(2 | 4))];
+        let schema = format::arrow_schema(&table, &cols);
+        let states = vec![
+            (key(1), state(vec![("a", cell(30, Value::Integer(3)))])),
+            (key(2), state(vec![("b", cell(7, Value::String("x".into())))])),
+            (
+                key(3),
+                state(vec![
+                    ("a", cell(5, Value::Integer(-1))),
+                    ("b", cell(9, Value::Double(0.5))),
+                ]),
+            ),
+        ];
+        let written = encode_states(&table, &cols, &schema, &states).unwrap();
+        // The older layout: nullable struct, `ts` required and 0 where absent.
+        let mut fields = Vec::new();
+        let mut columns = Vec::new();
+        for (f, a) in written.schema().fields().iter().zip(written.columns()) {
+            let Some(st) = a.as_struct_opt() else {
+                fields.push(f.clone());
+                columns.push(a.clone());
+                continue;
+            };
+            let ts = st.column(0).as_primitive::<Int64Type>();
+            let absent = ts.nulls().cloned().expect("some cell is absent");
+            let old_ts: ArrayRef = Arc::new(Int64Array::from_iter_values(ts.iter().map(|t| t.unwrap_or(0))));
+            let DataType::Struct(children) = f.data_type() else {
+                unreachable!()
+            };
+            let mut old_children: Vec<_> = children.iter().map(|c| c.as_ref().clone()).collect();
+            old_children[0] = old_children[0].clone().with_nullable(false);
+            let old_children = Fields::from(old_children);
+            let mut arrays = st.columns().to_vec();
+            arrays[0] = old_ts;
+            fields.push(Arc::new(
+                f.as_ref()
+                    .clone()
+                    .with_data_type(DataType::Struct(old_children.clone()))
+                    .with_nullable(true),
+            ));
+            columns.push(Arc::new(StructArray::new(old_children, arrays, Some(absent))));
+        }
+        let old = RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), columns).unwrap();
+        let mut decoded = Vec::new();
+        decode_batch(&old, &KeyRange::all(), &mut decoded).unwrap();
+        assert_eq!(decoded, states);
+        let aligned = align(&old, &schema, 1).unwrap();
+        assert_eq!(aligned, written);
+        // TTL bookkeeping: an absent cell (ts 0 in the old layout) never
+        // counts as an expired version.
+        let cursor = Cursor::new(old, 1, 6).unwrap();
+        assert_eq!(cursor.expired, Some(vec![false, false, true]));
     }
 }

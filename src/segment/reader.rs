@@ -9,8 +9,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, AsArray, BinaryArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, StructArray,
-    UInt8Array, UInt16Array, UInt64Array,
+    Array, AsArray, BinaryArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, UInt8Array,
+    UInt16Array, UInt64Array,
 };
 use arrow::datatypes::{Int64Type, UInt8Type, UInt16Type, UInt64Type};
 use bytes::Bytes;
@@ -527,7 +527,7 @@ fn selected_rows(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> Range<usi
 
 struct AttrColumn<'a> {
     name: String,
-    valid: &'a StructArray,
+    present: Option<arrow::buffer::NullBuffer>,
     ts: &'a Int64Array,
     i: Option<&'a Int64Array>,
     d: Option<&'a Float64Array>,
@@ -538,7 +538,7 @@ struct AttrColumn<'a> {
 
 impl AttrColumn<'_> {
     fn value(&self, row: usize) -> Option<(i64, Value)> {
-        if self.valid.is_null(row) {
+        if self.present.as_ref().is_some_and(|p| p.is_null(row)) {
             return None;
         }
         let ts = self.ts.value(row);
@@ -584,7 +584,7 @@ pub(crate) fn decode_batch(batch: &RecordBatch, range: &KeyRange, out: &mut Vec<
         let child = |n: &str| st.column_by_name(n);
         attrs.push(AttrColumn {
             name: field.name().clone(),
-            valid: st,
+            present: format::cell_present(st),
             ts: child(format::TS)
                 .and_then(|a| a.as_primitive_opt::<Int64Type>())
                 .ok_or_else(|| Error::corruption(format!("column {} has no ts child", field.name())))?,

@@ -220,6 +220,8 @@ async fn run_model(seed: u64, steps: usize) {
     let small = || DbOptions {
         row_group_rows: 16,
         page_rows: 4,
+        // Plain numbers get a page per 4 rows, codes and booleans longer ones.
+        page_bytes: 16,
         // Compactions happen where the test says (random steps below).
         auto_compaction: false,
         ..DbOptions::default().clock(clock.clone()).memtable_bytes(4 << 10)

@@ -127,7 +127,9 @@ async fn small_segments(row_group_rows: usize, page_rows: usize) -> (tempfile::T
 }
 
 /// A `t` table keeping `max_versions` versions, in a database whose
-/// segments have row groups of `row_group_rows` and pages of `page_rows`.
+/// segments have row groups of `row_group_rows`, written `page_rows` at a
+/// time, with pages cut past 64 bytes (so their lengths differ from column
+/// to column).
 async fn segments_table(
     row_group_rows: usize,
     page_rows: usize,
@@ -138,6 +140,7 @@ async fn segments_table(
     let opts = DbOptions {
         row_group_rows,
         page_rows,
+        page_bytes: 64,
         ..DbOptions::default().clock(clock)
     };
     let db = Database::open_with(dir.path(), opts).await.unwrap();
@@ -232,7 +235,8 @@ async fn scans_over_disjoint_and_overlapping_segments() {
 async fn point_gets_from_segments_match_the_memtable() {
     let (_dir, _db, t) = segments_table(500, 16, 50).await;
     let n = 300i64;
-    // Key i has i % 41 + 1 versions of `c` (up to 41: three pages of 16).
+    // Key i has i % 41 + 1 versions of `c` (up to 41 rows: several pages of
+    // 64 bytes).
     for i in 0..n {
         let mut p = PutRow::new(pk(i, "k"));
         for v in 0..(i % 41 + 1) {
