@@ -94,11 +94,11 @@ fn main() {
             write_buffer_bytes: 2 << 30,
             ..Default::default()
         };
-        // Experiments: CELLAR_BENCH_GROUP_ROWS / CELLAR_BENCH_PAGE_ROWS set
-        // the segment writer's row-group and page sizes, CELLAR_BENCH_PAGE_BYTES
-        // its page byte limit,
-        // CELLAR_BENCH_NUMERIC_DICT its numeric dictionary limit (0: off); CELLAR_BENCH_COPY_OPTIONS
-        // is appended to the COPY that writes the plain Parquet file (e.g.
+        // Experiments: CELLAR_BENCH_GROUP_ROWS, CELLAR_BENCH_PAGE_ROWS,
+        // CELLAR_BENCH_PAGE_BYTES and CELLAR_BENCH_NUMERIC_DICT set the
+        // segment writer's row-group rows, write step, page byte limit and
+        // numeric dictionary limit (0: off); CELLAR_BENCH_COPY_OPTIONS is
+        // appended to the COPY that writes the plain Parquet file (e.g.
         // `OPTIONS (compression 'lz4_raw', max_row_group_size 16384)`).
         let env_num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
         let opts = DbOptions {

@@ -1022,11 +1022,10 @@ impl SingleReader {
                     .column_by_name(format::TS)
                     .and_then(|t| t.as_primitive_opt::<Int64Type>())
             {
-                let present = format::cell_present(st);
-                let valid = BooleanArray::from(
-                    (0..st.len())
-                        .map(|i| present.as_ref().is_none_or(|p| p.is_valid(i)))
-                        .collect::<Vec<_>>(),
+                let valid = BooleanArray::new(
+                    format::cell_present(st)
+                        .map_or_else(|| arrow::buffer::BooleanBuffer::new_set(st.len()), |p| p.into_inner()),
+                    None,
                 );
                 any = arrow::compute::or(&any, &and(&valid, &live(ts)?)?)?;
             }

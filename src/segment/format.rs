@@ -22,8 +22,10 @@
 //! struct gave each value two levels, ~11% of an aggregate's time). Segments
 //! written before this have a nullable struct with a required `ts`; readers
 //! take a cell as present when both the struct slot and `ts` are valid
-//! ([`cell_present`]), and compaction rewrites them in this layout. `__row`, `__row_ts`, `__tomb` and `__max_ts` are meaningful on
-//! rank 0 only. `__max_ts` (null: the key holds no value and no row marker
+//! ([`cell_present`]), and compaction rewrites them in this layout.
+//!
+//! `__row`, `__row_ts`, `__tomb` and `__max_ts` are meaningful on rank 0
+//! only. `__max_ts` (null: the key holds no value and no row marker
 //! here) lets a SQL scan decide whether a row exists under the TTL without
 //! reading every attribute column. Segments written before it existed lack
 //! it; readers then look at every attribute's `ts`.
