@@ -22,9 +22,15 @@ fn main() {
     let rows = common::rows_arg(1_000_000);
     common::runtime().block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::open_with(dir.path(), DbOptions::default().durability(Durability::None))
-            .await
-            .unwrap();
+        // CELLAR_BENCH_PAGE_BYTES: the segment page byte limit (experiments).
+        let mut opts = DbOptions::default().durability(Durability::None);
+        if let Some(b) = std::env::var("CELLAR_BENCH_PAGE_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            opts.page_bytes = b;
+        }
+        let db = Database::open_with(dir.path(), opts).await.unwrap();
         let t = common::bench_table(&db).await;
         let mut batch = Vec::with_capacity(200);
         for i in 0..rows {
