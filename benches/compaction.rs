@@ -32,6 +32,16 @@ fn peak_rss_mb() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Minor page faults of this process so far (`/proc/self/stat`, field 10).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
+
 fn user_bytes(i: u64) -> u64 {
     // card_id (8) + order_no (11) + amount (8) + seller_id + category +
     // device_time (8) + refund (1).
@@ -108,25 +118,32 @@ async fn child(rows: u64, compaction: bool) {
                 .with("card_id", (i % 100_000) as i64)
                 .with("order_no", format!("o{:010}", i))
         };
-        let (mut gets, mut ranges) = (Vec::new(), Vec::new());
-        for k in 0..2000u64 {
-            let i = (k * 7_919_993 + 17) % rows;
-            let t0 = Instant::now();
-            let r = t.get_row(GetRow::new(key(i))).await.unwrap();
-            gets.push(t0.elapsed());
-            assert!(r.is_some());
-            let t0 = Instant::now();
-            let page = t.get_range(GetRange::new().start(key(i)).limit(10)).await.unwrap();
-            ranges.push(t0.elapsed());
-            assert!(!page.rows.is_empty());
+        // Two passes over the same keys: the first touches freshly mapped
+        // segment pages (each first touch is a page fault), the second
+        // finds them mapped. The target is judged on the first.
+        for pass in ["first pass", "same keys again"] {
+            let faults = minor_faults();
+            let (mut gets, mut ranges) = (Vec::new(), Vec::new());
+            for k in 0..2000u64 {
+                let i = (k * 7_919_993 + 17) % rows;
+                let t0 = Instant::now();
+                let r = t.get_row(GetRow::new(key(i))).await.unwrap();
+                gets.push(t0.elapsed());
+                assert!(r.is_some());
+                let t0 = Instant::now();
+                let page = t.get_range(GetRange::new().start(key(i)).limit(10)).await.unwrap();
+                ranges.push(t0.elapsed());
+                assert!(!page.rows.is_empty());
+            }
+            println!(
+                "point get p50 {:.0} us p99 {:.0} us; 10-row range p50 {:.0} us p99 {:.0} us ({pass}; {:.1} page faults per get + range)",
+                pct(&mut gets, 50),
+                pct(&mut gets, 99),
+                pct(&mut ranges, 50),
+                pct(&mut ranges, 99),
+                (minor_faults() - faults) as f64 / 2000.0
+            );
         }
-        println!(
-            "point get p50 {:.0} us p99 {:.0} us; 10-row range p50 {:.0} us p99 {:.0} us",
-            pct(&mut gets, 50),
-            pct(&mut gets, 99),
-            pct(&mut ranges, 50),
-            pct(&mut ranges, 99)
-        );
     }
     drop(t);
     db.close().await.unwrap();
