@@ -18,6 +18,16 @@ fn manual(clock: &Arc<ManualClock>) -> DbOptions {
     }
 }
 
+/// A `t` table with default options in a new database that compacts only
+/// when asked, on a manual clock.
+async fn manual_table() -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    (dir, clock, db, t)
+}
+
 /// Bytes of segment files on disk under the data directory.
 fn segment_bytes_on_disk(dir: &std::path::Path) -> u64 {
     walkdir(dir.join("tables"))
@@ -46,10 +56,7 @@ async fn put_range(t: &Table, cards: std::ops::Range<i64>, tag: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletions_survive_a_partial_compaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
-    let t = card_order_table(&db, TableOptions::default()).await;
+    let (dir, clock, db, t) = manual_table().await;
     // Oldest segment: rows 0..100.
     put_range(&t, 0..100, "old").await;
     t.flush().await.unwrap();
@@ -227,10 +234,7 @@ async fn lowered_options_drop_versions_for_good_only_after_a_compaction() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaced_files_stay_while_a_reader_holds_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
-    let t = card_order_table(&db, TableOptions::default()).await;
+    let (dir, _clock, db, t) = manual_table().await;
     for round in 0..3 {
         put_range(&t, round * 3000..(round + 1) * 3000, "x").await;
         t.flush().await.unwrap();
@@ -425,10 +429,7 @@ async fn a_merge_keeps_every_version_across_batches_columns_and_types() {
 /// the next open deletes it, and keeps everything else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staged_uploads_left_by_a_crash_are_deleted_on_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
-    let t = card_order_table(&db, TableOptions::default()).await;
+    let (dir, clock, db, t) = manual_table().await;
     put_range(&t, 0..100, "a").await;
     t.flush().await.unwrap();
     put_range(&t, 50..150, "b").await;
