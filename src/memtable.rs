@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
@@ -31,7 +32,13 @@ pub(crate) struct Memtable {
     max_seq: AtomicU64,
     /// Values written per attribute column and type (`ValueType::index`).
     value_counts: parking_lot::Mutex<BTreeMap<String, [u64; 5]>>,
+    /// Scans' overlays of this memtable over segments, by segment path
+    /// (see [`crate::engine::overlay`]); dropped with the memtable.
+    overlays: parking_lot::Mutex<std::collections::HashMap<String, Arc<OverlaySlot>>>,
 }
+
+/// One segment's overlay, built by one scan while the others wait for it.
+pub(crate) type OverlaySlot = tokio::sync::Mutex<Option<Arc<crate::engine::overlay::Overlay>>>;
 
 impl Memtable {
     pub fn new() -> Self {
@@ -174,6 +181,28 @@ impl Memtable {
             }
         }
         out
+    }
+
+    /// The keys of `range` with a write at or before `snapshot`, ascending.
+    pub fn keys_at(&self, range: &KeyRange, snapshot: u64) -> Vec<Vec<u8>> {
+        let map = self.map.read();
+        let hi = match &range.hi {
+            Some(h) => Bound::Excluded(h.as_slice()),
+            None => Bound::Unbounded,
+        };
+        let lo = Bound::Included(range.lo.as_slice());
+        if !bounds_ordered(lo, hi) {
+            return Vec::new();
+        }
+        map.range::<[u8], _>((lo, hi))
+            .filter(|(_, ops)| ops.first().is_some_and(|(s, _)| *s <= snapshot))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// The overlay slot of a segment (created empty on first use).
+    pub fn overlay_slot(&self, segment: &str) -> Arc<OverlaySlot> {
+        self.overlays.lock().entry(segment.to_string()).or_default().clone()
     }
 
     /// The attribute columns written here with the value types written

@@ -46,6 +46,10 @@ pub struct TableStats {
     /// Time writers of the whole database spent stalled (write buffer full
     /// or compaction behind), in microseconds.
     pub write_stall_micros: u64,
+    /// Memtable overlays SQL scans built since the table was opened: each
+    /// places the memtable's keys in a segment once, for every scan until
+    /// the next write (see the README's SQL section).
+    pub scan_overlay_builds: u64,
     pub last_flush_error: Option<String>,
     pub last_compaction_error: Option<String>,
 }
@@ -263,6 +267,7 @@ impl Table {
             compaction_read_bytes: self.inner.stats.compaction_read_bytes.load(Relaxed),
             runs: compact::runs(&st.segments).len(),
             write_stall_micros: self.db.shared().stall_micros.load(Relaxed),
+            scan_overlay_builds: self.inner.stats.overlay_builds.load(Relaxed),
             last_flush_error: self.inner.last_flush_error.lock().clone(),
             last_compaction_error: self.inner.last_compaction_error.lock().clone(),
         }

@@ -30,10 +30,12 @@ use arrow::compute::{and, filter_record_batch, is_not_null, nullif};
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt8Type, UInt16Type};
 use futures::StreamExt;
 
+use super::overlay::{Overlay, RowCursor};
 use super::scan::MergeScan;
 use super::table::{Snapshot, TableInner};
 use crate::error::{Error, Result};
 use crate::key::{KeyRange, key_successor};
+use crate::memtable::Memtable;
 use crate::row::RowState;
 use crate::segment::format::{self, ROW_DELETED};
 use crate::segment::{RowSpan, Segment, SegmentBatchStream};
@@ -280,6 +282,15 @@ pub(crate) trait RowGroupFilter: Send + Sync {
     fn keep(&self, seg: &Segment, md: &parquet::file::metadata::ParquetMetaData, groups: &[usize]) -> Vec<bool>;
 }
 
+/// Evaluates a query's non-key predicates on rows the scan produces (the
+/// SQL layer implements it). A scan that copies a batch anyway (to drop
+/// replaced or invisible rows, or to splice memtable rows in) keeps only
+/// the rows that can match, so it copies less. Must be conservative: false
+/// only for rows that cannot match; the query still filters afterwards.
+pub(crate) trait RowFilter: Send + Sync {
+    fn matches(&self, batch: &RecordBatch) -> Result<arrow::buffer::BooleanBuffer>;
+}
+
 /// A key range to scan; `point` when it is exactly one full key.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ScanRange {
@@ -393,6 +404,7 @@ struct ScanCtx {
     pk_types: Vec<crate::types::PkType>,
     cols: Arc<[OutCol]>,
     schema: SchemaRef,
+    row_filter: Option<Arc<dyn RowFilter>>,
 }
 
 impl ScanCtx {
@@ -423,6 +435,7 @@ pub(crate) struct ScanOutput {
     pub schema: SchemaRef,
     pub limit: Option<usize>,
     pub filter: Option<Arc<dyn RowGroupFilter>>,
+    pub row_filter: Option<Arc<dyn RowFilter>>,
 }
 
 impl LatestScan {
@@ -442,6 +455,7 @@ impl LatestScan {
                 snap,
                 cols: out.cols,
                 schema: out.schema,
+                row_filter: out.row_filter,
             },
             pieces,
             current: None,
@@ -525,6 +539,14 @@ async fn merge_batch(scan: &mut MergeScan, cx: &ScanCtx) -> Result<Option<Record
     Ok(Some(cx.finish(&mut rows)?))
 }
 
+/// The rows where `b` is true (null counts as false).
+pub(crate) fn true_bits(b: &BooleanArray) -> arrow::buffer::BooleanBuffer {
+    match b.nulls() {
+        Some(valid) => b.values() & valid.inner(),
+        None => b.values().clone(),
+    }
+}
+
 /// Memtable keys placed into one batch so far: which segment rows stay,
 /// where each merged row goes (before segment row `.0`; `.1` is its row
 /// in the patch batch), and the first segment row not yet placed.
@@ -536,10 +558,7 @@ struct Placement {
 
 impl Placement {
     fn new(keep: &BooleanArray) -> Self {
-        let bits = match keep.nulls() {
-            Some(valid) => keep.values() & valid.inner(),
-            None => keep.values().clone(),
-        };
+        let bits = true_bits(keep);
         let mut b = BooleanBufferBuilder::new(bits.len());
         b.append_buffer(&bits);
         Placement {
@@ -547,6 +566,14 @@ impl Placement {
             inserts: Vec::new(),
             next: 0,
         }
+    }
+
+    /// Also drops the segment rows `mask` rules out.
+    fn and_mask(&mut self, mask: &arrow::buffer::BooleanBuffer) {
+        let bits = &self.keep.finish() & mask;
+        let mut b = BooleanBufferBuilder::new(bits.len());
+        b.append_buffer(&bits);
+        self.keep = b;
     }
 
     /// The output as `(source, start, end)` runs: source 0 is the segment
@@ -575,7 +602,7 @@ impl Placement {
 }
 
 /// A typed key column of a batch.
-enum TypedKey<'a> {
+pub(crate) enum TypedKey<'a> {
     I(&'a Int64Array),
     S(&'a arrow::array::StringViewArray),
     B(&'a arrow::array::BinaryArray),
@@ -583,12 +610,38 @@ enum TypedKey<'a> {
 
 /// How a batch's rows compare with a memtable key: by `__pk` when it is
 /// read, else column by column on the typed key columns (the same order).
-enum RowKeys<'a> {
+pub(crate) enum RowKeys<'a> {
     Encoded(&'a arrow::array::BinaryArray),
     Typed(Vec<TypedKey<'a>>),
 }
 
-impl RowKeys<'_> {
+impl<'a> RowKeys<'a> {
+    /// The typed key columns of a segment batch.
+    pub fn typed(batch: &'a RecordBatch, schema: &crate::schema::TableSchema, path: &str) -> Result<Self> {
+        let corrupt = |what: &str| Error::corruption(format!("segment {path}: {what}"));
+        let mut typed = Vec::new();
+        for c in &schema.primary_key {
+            let a = batch
+                .column_by_name(&c.name)
+                .ok_or_else(|| corrupt("missing a primary-key column"))?;
+            typed.push(match c.pk_type {
+                crate::types::PkType::Integer => TypedKey::I(
+                    a.as_primitive_opt::<Int64Type>()
+                        .ok_or_else(|| corrupt("an integer key column is not Int64"))?,
+                ),
+                crate::types::PkType::String => TypedKey::S(
+                    a.as_string_view_opt()
+                        .ok_or_else(|| corrupt("a string key column is not a string"))?,
+                ),
+                crate::types::PkType::Binary => TypedKey::B(
+                    a.as_binary_opt::<i32>()
+                        .ok_or_else(|| corrupt("a binary key column is not binary"))?,
+                ),
+            });
+        }
+        Ok(RowKeys::Typed(typed))
+    }
+
     /// The key's typed values when comparing typed columns.
     fn decode(&self, types: &[crate::types::PkType], key: &[u8]) -> Result<Vec<PkValue>> {
         Ok(match self {
@@ -598,7 +651,7 @@ impl RowKeys<'_> {
     }
 
     /// Row `r` compared with the key (`dec`: its decoded values).
-    fn row_vs(&self, r: usize, key: &[u8], dec: &[PkValue]) -> std::cmp::Ordering {
+    pub fn row_vs(&self, r: usize, key: &[u8], dec: &[PkValue]) -> std::cmp::Ordering {
         use std::cmp::Ordering;
         match self {
             RowKeys::Encoded(pk) => pk.value(r).cmp(key),
@@ -636,6 +689,148 @@ struct SingleReader {
     all_live: bool,
     /// Memtable states of keys in the piece, in key order.
     mem: MemFeed,
+    /// The memtable's rows by position instead, when an overlay is used
+    /// (then `mem` is empty and no key column is read).
+    overlay: Option<OverlayRows>,
+}
+
+/// A piece's memtable rows from an [`Overlay`].
+struct OverlayRows {
+    ov: Arc<Overlay>,
+    /// The piece's keys (overlay indices).
+    span: std::ops::Range<usize>,
+    /// The next key not yet placed.
+    next: usize,
+    /// The piece's overlay rows as output columns (row `i` is key
+    /// `span.start + i`), and which of them are visible and can match.
+    out: RecordBatch,
+    visible: arrow::buffer::BooleanBuffer,
+    /// Segment rows of the streamed batches.
+    cursor: RowCursor,
+}
+
+/// Segments at least this many times the rows a piece reads get no overlay
+/// built for it (a small range scan would pay for placing every memtable
+/// key of the segment); one already built is used by any piece.
+const OVERLAY_MIN_SHARE: u64 = 4;
+
+/// The overlay of the one memtable with keys in a piece, when it is built
+/// (or worth building) for the scan's snapshot.
+async fn overlay_for(
+    cx: &ScanCtx,
+    mem: &Memtable,
+    seg: &Arc<Segment>,
+    piece_rows: u64,
+) -> Result<Option<Arc<Overlay>>> {
+    // Valid only when the snapshot sees every write the memtable holds.
+    let at = mem.max_seq();
+    if at == 0 || at > cx.snap.seq {
+        return Ok(None);
+    }
+    let slot = mem.overlay_slot(&seg.meta.path);
+    let mut held = slot.lock().await;
+    if let Some(ov) = held.as_ref()
+        && ov.built_at == at
+    {
+        return Ok(Some(ov.clone()));
+    }
+    if piece_rows.saturating_mul(OVERLAY_MIN_SHARE) < seg.meta.num_rows {
+        return Ok(None);
+    }
+    let ov = Arc::new(Overlay::build(&cx.table, mem, seg, at).await?);
+    cx.table
+        .stats
+        .overlay_builds
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    *held = Some(ov.clone());
+    Ok(Some(ov))
+}
+
+impl OverlayRows {
+    fn new(cx: &ScanCtx, ov: Arc<Overlay>, range: &KeyRange, cursor: RowCursor) -> Result<Self> {
+        let span = ov.key_span(range);
+        let rows = ov.rows.slice(span.start, span.len());
+        let n = rows.num_rows();
+        let corrupt = |what: &str| Error::corruption(format!("memtable overlay: {what}"));
+        let mut arrays = Vec::with_capacity(cx.cols.len());
+        for c in cx.cols.iter() {
+            arrays.push(match c {
+                OutCol::Pk(i) => rows
+                    .column_by_name(&cx.table.schema.primary_key[*i].name)
+                    .cloned()
+                    .ok_or_else(|| corrupt("missing a primary-key column"))?,
+                OutCol::Attr { name, ty } => match rows.column_by_name(name) {
+                    Some(a) => attr_array(
+                        a.as_struct_opt().ok_or_else(|| corrupt("attribute is not a struct"))?,
+                        *ty,
+                        cx.cutoff,
+                    )?,
+                    None => new_null_array(&arrow_type(*ty), n),
+                },
+            });
+        }
+        let out = RecordBatch::try_new_with_options(
+            cx.schema.clone(),
+            arrays,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        let max_ts = rows
+            .column_by_name(format::MAX_TS)
+            .and_then(|a| a.as_primitive_opt::<Int64Type>())
+            .ok_or_else(|| corrupt("no __max_ts"))?;
+        let live = cmp::gt_eq(max_ts, &Int64Array::new_scalar(cx.cutoff))?;
+        let mut visible = true_bits(&live);
+        if let Some(f) = &cx.row_filter {
+            visible = &visible & &f.matches(&out)?;
+        }
+        Ok(OverlayRows {
+            next: span.start,
+            ov,
+            span,
+            out,
+            visible,
+            cursor,
+        })
+    }
+
+    /// Places the keys that fall into a batch of `n` streamed rows: clears
+    /// the rows they replace in `keep`, and returns (batch row, overlay
+    /// row) for each visible one, in order.
+    fn place(&mut self, n: usize, keep: &mut Option<Placement>, keep_src: &BooleanArray) -> Vec<(usize, usize)> {
+        let mut inserts = Vec::new();
+        for (b0, g0, len) in self.cursor.advance(n) {
+            let end = g0 + len as u64;
+            while self.next < self.span.end && self.ov.pos[self.next] < end {
+                let j = self.next;
+                let p = self.ov.pos[j];
+                let at = b0 + p.saturating_sub(g0) as usize;
+                if self.ov.found[j] && p >= g0 {
+                    keep.get_or_insert_with(|| Placement::new(keep_src))
+                        .keep
+                        .set_bit(at, false);
+                }
+                let row = j - self.span.start;
+                if self.visible.value(row) {
+                    inserts.push((at, row));
+                }
+                self.next += 1;
+            }
+        }
+        inserts
+    }
+
+    /// The visible rows of the keys not placed yet (they sort after every
+    /// streamed row), and marks them placed.
+    fn rest(&mut self) -> Result<Option<RecordBatch>> {
+        if self.next >= self.span.end {
+            return Ok(None);
+        }
+        let from = self.next - self.span.start;
+        let len = self.span.end - self.next;
+        self.next = self.span.end;
+        let mask = BooleanArray::new(self.visible.slice(from, len), None);
+        Ok(Some(filter_record_batch(&self.out.slice(from, len), &mask)?))
+    }
 }
 
 /// The merged memtable states of a piece, read in key order a chunk at a
@@ -712,8 +907,15 @@ impl SingleReader {
             options: snap.options,
         };
         let with_keys: Vec<_> = snap.memtables.iter().filter(|m| m.has_key_in(&range)).collect();
-        let has_mem = !with_keys.is_empty();
+        let mut spans: Vec<RowSpan> = seg.row_spans(&range).await?;
+        let piece_rows: u64 = spans.iter().map(|s| s.rows.len() as u64).sum();
+        let overlay = match with_keys.as_slice() {
+            [one] => overlay_for(cx, one, &seg, piece_rows).await?,
+            _ => None,
+        };
+        let has_mem = !with_keys.is_empty() && overlay.is_none();
         let source = match with_keys.as_slice() {
+            _ if overlay.is_some() => None,
             [] => None,
             [one] => Some(MemSource::One {
                 mem: (*one).clone(),
@@ -727,7 +929,6 @@ impl SingleReader {
             scan: source,
             buf: VecDeque::new(),
         };
-        let mut spans: Vec<RowSpan> = seg.row_spans(&range).await?;
         if let Some(f) = filter
             && !spans.is_empty()
         {
@@ -793,6 +994,13 @@ impl SingleReader {
         } else {
             Some(seg.stream_rows(&spans, leaves, BATCH_ROWS).await?)
         };
+        let overlay = match overlay {
+            Some(ov) => {
+                let md = seg.reader_metadata().await?.metadata().clone();
+                Some(OverlayRows::new(cx, ov, &range, RowCursor::new(&md, &spans))?)
+            }
+            None => None,
+        };
         Ok(SingleReader {
             seg,
             range,
@@ -803,6 +1011,7 @@ impl SingleReader {
             has_ranks,
             all_live,
             mem,
+            overlay,
         })
     }
 
@@ -822,6 +1031,9 @@ impl SingleReader {
                 }
                 None => {
                     self.stream = None;
+                    if let Some(ov) = self.overlay.as_mut() {
+                        return ov.rest();
+                    }
                     // Memtable keys past the segment's last row.
                     let mut rows = cx.rows();
                     while rows.rows < BATCH_ROWS {
@@ -873,73 +1085,31 @@ impl SingleReader {
                 .collect();
             keep = and(&keep, &inside)?;
         }
-        // Memtable keys within this batch's keys (or before them): each is
-        // found by binary search (rows are in key order; a key's rank-0 row
-        // comes first), so sparse memtable keys cost O(log n) each, and
-        // nothing is allocated until one falls into this batch.
+        // Memtable keys within this batch's keys (or before them).
         let mut placed: Option<Placement> = None;
-        let mut patch = cx.rows();
-        let keys = match pk {
-            Some(pk) => Some(RowKeys::Encoded(pk)),
-            None if self.typed_keys => {
-                let mut typed = Vec::new();
-                for c in &table.schema.primary_key {
-                    let a = batch
-                        .column_by_name(&c.name)
-                        .ok_or_else(|| corrupt("missing a primary-key column"))?;
-                    typed.push(match c.pk_type {
-                        crate::types::PkType::Integer => TypedKey::I(a.as_primitive::<Int64Type>()),
-                        crate::types::PkType::String => TypedKey::S(
-                            a.as_string_view_opt()
-                                .ok_or_else(|| corrupt("a string key column is not a string"))?,
-                        ),
-                        crate::types::PkType::Binary => TypedKey::B(a.as_binary::<i32>()),
-                    });
-                }
-                Some(RowKeys::Typed(typed))
+        let mut patch_rows = cx.rows();
+        let mut patch: Option<RecordBatch> = None;
+        if let Some(ov) = self.overlay.as_mut() {
+            // By position: no key is compared.
+            let inserts = ov.place(n, &mut placed, &keep);
+            if !inserts.is_empty() {
+                placed.get_or_insert_with(|| Placement::new(&keep)).inserts = inserts;
             }
-            None => None,
-        };
-        if let Some(keys) = &keys
-            && n > 0
-        {
-            loop {
-                self.mem.fill().await?;
-                let Some((k, _)) = self.mem.buf.front() else { break };
-                let dec = keys.decode(&cx.pk_types, k)?;
-                if keys.row_vs(n - 1, k, &dec) == std::cmp::Ordering::Less {
-                    break;
-                }
-                let Some((k, st)) = self.mem.buf.pop_front() else { break };
-                let p = placed.get_or_insert_with(|| Placement::new(&keep));
-                let (mut lo, mut hi) = (p.next, n);
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if keys.row_vs(mid, &k, &dec) == std::cmp::Ordering::Less {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                p.next = lo;
-                let merged = if lo < n && keys.row_vs(lo, &k, &dec) == std::cmp::Ordering::Equal {
-                    p.keep.set_bit(lo, false);
-                    if st.replace {
-                        st
-                    } else {
-                        match self.seg.get(&k, None).await? {
-                            Some(older) => st.merge_over(older),
-                            None => st,
-                        }
-                    }
-                } else {
-                    // Not in the segment (no older source has it).
-                    st
-                };
-                let row = patch.rows;
-                if cx.push_visible(&mut patch, &k, &merged, Some(&dec))? {
-                    p.inserts.push((lo, row));
-                }
+            patch = Some(ov.out.clone());
+        } else {
+            // Each key is found by binary search (rows are in key order; a
+            // key's rank-0 row comes first), so sparse memtable keys cost
+            // O(log n) each, and nothing is allocated until one falls into
+            // this batch.
+            let keys = match pk {
+                Some(pk) => Some(RowKeys::Encoded(pk)),
+                None if self.typed_keys => Some(RowKeys::typed(batch, &table.schema, &path)?),
+                None => None,
+            };
+            if let Some(keys) = &keys
+                && n > 0
+            {
+                self.place_mem(keys, n, &keep, &mut placed, &mut patch_rows, cx).await?;
             }
         }
         // The visible rows, column by column.
@@ -969,11 +1139,22 @@ impl SingleReader {
             if keep.true_count() == n && keep.null_count() == 0 {
                 return Ok(full);
             }
+            // Copying anyway: copy only the rows that can match.
+            let keep = match &cx.row_filter {
+                Some(f) => and(&keep, &BooleanArray::new(f.matches(&full)?, None))?,
+                None => keep,
+            };
             return Ok(filter_record_batch(&full, &keep)?);
         };
+        if let Some(f) = &cx.row_filter {
+            placed.and_mask(&f.matches(&full)?);
+        }
         // One copy: runs of kept segment rows with the merged rows between
         // them, in key order.
-        let patch = cx.finish(&mut patch)?;
+        let patch = match patch {
+            Some(p) => p,
+            None => cx.finish(&mut patch_rows)?,
+        };
         let runs = placed.runs();
         let total: usize = runs.iter().map(|r| r.2 - r.1).sum();
         let mut arrays = Vec::with_capacity(cols.len());
@@ -990,6 +1171,59 @@ impl SingleReader {
             arrays,
             &RecordBatchOptions::new().with_row_count(Some(total)),
         )?)
+    }
+
+    /// Places the memtable keys that sort at or before the batch's last
+    /// row, comparing them with its key columns: clears the segment rows
+    /// they replace and appends their merged rows to `patch`.
+    async fn place_mem(
+        &mut self,
+        keys: &RowKeys<'_>,
+        n: usize,
+        keep: &BooleanArray,
+        placed: &mut Option<Placement>,
+        patch: &mut RowsBuilder,
+        cx: &ScanCtx,
+    ) -> Result<()> {
+        loop {
+            self.mem.fill().await?;
+            let Some((k, _)) = self.mem.buf.front() else { break };
+            let dec = keys.decode(&cx.pk_types, k)?;
+            if keys.row_vs(n - 1, k, &dec) == std::cmp::Ordering::Less {
+                break;
+            }
+            let Some((k, st)) = self.mem.buf.pop_front() else { break };
+            let p = placed.get_or_insert_with(|| Placement::new(keep));
+            let (mut lo, mut hi) = (p.next, n);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if keys.row_vs(mid, &k, &dec) == std::cmp::Ordering::Less {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            p.next = lo;
+            let merged = if lo < n && keys.row_vs(lo, &k, &dec) == std::cmp::Ordering::Equal {
+                p.keep.set_bit(lo, false);
+                if st.replace {
+                    st
+                } else {
+                    match self.seg.get(&k, None).await? {
+                        Some(older) => st.merge_over(older),
+                        None => st,
+                    }
+                }
+            } else {
+                // Not in the segment (no older source has it).
+                st
+            };
+            let row = patch.rows;
+            if cx.push_visible(patch, &k, &merged, Some(&dec))? {
+                p.inserts.push((lo, row));
+            }
+        }
+        Ok(())
     }
 
     /// Rows holding a live value or row marker (after the TTL).

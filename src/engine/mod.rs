@@ -6,6 +6,7 @@ pub(crate) mod compact;
 pub(crate) mod flush;
 pub(crate) mod latest;
 pub(crate) mod merge;
+pub(crate) mod overlay;
 pub(crate) mod scan;
 pub(crate) mod table;
 pub(crate) mod validate;

@@ -59,6 +59,8 @@ pub(crate) struct TableStats {
     pub compaction_bytes: AtomicU64,
     /// Bytes of segments compactions merged (their inputs).
     pub compaction_read_bytes: AtomicU64,
+    /// Memtable overlays built by scans (not persisted).
+    pub overlay_builds: AtomicU64,
 }
 
 /// A consistent view of one table for one read.
@@ -85,6 +87,7 @@ impl TableStats {
             compactions: AtomicU64::new(c.compactions),
             compaction_bytes: AtomicU64::new(c.compaction_bytes),
             compaction_read_bytes: AtomicU64::new(c.compaction_read_bytes),
+            overlay_builds: AtomicU64::new(0),
         }
     }
 

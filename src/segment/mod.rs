@@ -10,7 +10,7 @@ mod point;
 mod reader;
 mod writer;
 
-pub(crate) use reader::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch};
+pub(crate) use reader::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch, view_type};
 pub(crate) use writer::{SegmentBuilder, SegmentWriteOptions, encode_states};
 
 use std::sync::Arc;

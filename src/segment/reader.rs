@@ -160,7 +160,8 @@ impl Segment {
     }
 }
 
-fn view_type(t: &arrow::datatypes::DataType) -> arrow::datatypes::DataType {
+/// `t` with strings (also inside structs) as `Utf8View`, as scans read them.
+pub(crate) fn view_type(t: &arrow::datatypes::DataType) -> arrow::datatypes::DataType {
     use arrow::datatypes::DataType;
     match t {
         DataType::Utf8 => DataType::Utf8View,

@@ -25,7 +25,9 @@ use futures::stream::FuturesOrdered;
 use super::prune::StatsPruner;
 use super::pushdown::{self, KeyPlan};
 use crate::api::{DeleteRow, PutRow, RowWrite, UpdateRow};
-use crate::engine::latest::{LatestScan, OutCol, RowGroupFilter, ScanOutput, ScanRange, arrow_type, pk_value_type};
+use crate::engine::latest::{
+    LatestScan, OutCol, RowFilter, RowGroupFilter, ScanOutput, ScanRange, arrow_type, pk_value_type,
+};
 use crate::engine::table::Snapshot;
 use crate::error::Error;
 use crate::key::KeyRange;
@@ -142,6 +144,28 @@ impl CellarTable {
             columns: super::prune::column_types(&self.table, &self.cols),
         };
         Some((Arc::new(pruner), expr.to_string()))
+    }
+
+    /// The non-key predicates as a row filter on the scan's output columns
+    /// (`None` when some predicate is volatile or needs a column the scan
+    /// does not return).
+    fn row_filter(
+        &self,
+        state: &dyn Session,
+        filters: &[Expr],
+        projection: Option<&Vec<usize>>,
+    ) -> Option<Arc<dyn RowFilter>> {
+        if filters.iter().any(|f| f.is_volatile()) {
+            return None;
+        }
+        let expr = filters.iter().cloned().reduce(|a, b| a.and(b))?;
+        let schema = match projection {
+            Some(p) => self.schema.project(p).ok()?,
+            None => self.schema.as_ref().clone(),
+        };
+        let df_schema = DFSchema::try_from(schema).ok()?;
+        let physical = state.create_physical_expr(expr, &df_schema).ok()?;
+        Some(Arc::new(PredicateFilter(physical)))
     }
 
     fn key_plan(&self, filters: &[Expr]) -> KeyPlan {
@@ -274,12 +298,14 @@ impl TableProvider for CellarTable {
             .map(|(f, _)| f.clone())
             .collect();
         let pruner = self.pruner(state, &inexact);
+        let row_filter = self.row_filter(state, &inexact, projection);
         let n = state.config().target_partitions();
         let mut exec = self.scan_plan(projection, plan, limit, n).await?;
         if let Some((p, text)) = pruner {
             exec.filter = Some(p);
             exec.pruning = text;
         }
+        exec.row_filter = row_filter;
         Ok(Arc::new(exec))
     }
 
@@ -564,7 +590,35 @@ pub struct CellarScanExec {
     /// Row-group pruning by non-key predicates, and its text for EXPLAIN.
     filter: Option<Arc<dyn RowGroupFilter>>,
     pruning: String,
+    /// The same predicates on rows, for scans that copy rows anyway.
+    row_filter: Option<Arc<dyn RowFilter>>,
     props: Arc<PlanProperties>,
+}
+
+/// Non-key predicates evaluated on a scan's output rows.
+struct PredicateFilter(Arc<dyn PhysicalExpr>);
+
+impl fmt::Debug for dyn RowFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RowFilter")
+    }
+}
+
+impl RowFilter for PredicateFilter {
+    /// Rows the predicates do not rule out. A predicate that fails to
+    /// evaluate rules nothing out: the query's own filter then reports the
+    /// error (or not, where it evaluates conjuncts lazily).
+    fn matches(&self, batch: &RecordBatch) -> crate::Result<datafusion::arrow::buffer::BooleanBuffer> {
+        let n = batch.num_rows();
+        let all = || datafusion::arrow::buffer::BooleanBuffer::new_set(n);
+        let Ok(v) = self.0.evaluate(batch).and_then(|v| v.into_array(n)) else {
+            return Ok(all());
+        };
+        Ok(match v.as_boolean_opt() {
+            Some(b) => crate::engine::latest::true_bits(b),
+            None => all(),
+        })
+    }
 }
 
 impl fmt::Debug for dyn RowGroupFilter {
@@ -617,6 +671,7 @@ impl CellarScanExec {
             keys,
             filter: None,
             pruning: String::new(),
+            row_filter: None,
             props: Arc::new(props),
         }
     }
@@ -633,6 +688,7 @@ impl CellarScanExec {
                 schema: self.schema.clone(),
                 limit: self.limit,
                 filter: self.filter.clone(),
+                row_filter: self.row_filter.clone(),
             },
         );
         let s = futures::stream::unfold(scan, |mut scan| async move {
