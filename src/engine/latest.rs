@@ -932,8 +932,12 @@ impl SingleReader {
         if let Some(f) = filter
             && !spans.is_empty()
         {
-            // Row groups the predicates rule out, unless a memtable key
-            // falls into them (its merged row must still be produced).
+            // Row groups the predicates rule out. Without an overlay, not
+            // one a memtable key falls into: its merged row is produced
+            // while the group's rows stream by. An overlay's rows need no
+            // segment row (their states are merged already; the rows they
+            // replace cannot match either), so they go in by position
+            // among the rows that are read.
             let md = seg.reader_metadata().await?.metadata().clone();
             let groups: Vec<usize> = spans.iter().map(|s| s.row_group).collect();
             let keep = f.keep(&seg, &md, &groups);
@@ -941,9 +945,10 @@ impl SingleReader {
             spans.retain(|s| {
                 let k = keep.get(i).copied().unwrap_or(true);
                 i += 1;
-                k || seg
-                    .row_group_key_range(&md, s.row_group)
-                    .is_none_or(|(lo, hi)| snap.memtables.iter().any(|m| m.has_key_between(lo, hi)))
+                k || (overlay.is_none()
+                    && seg
+                        .row_group_key_range(&md, s.row_group)
+                        .is_none_or(|(lo, hi)| snap.memtables.iter().any(|m| m.has_key_between(lo, hi))))
             });
         }
         let check_keys = spans.iter().any(|s| !s.inside);

@@ -388,8 +388,9 @@ async fn embedding_contexts() {
     db.close().await.unwrap();
 }
 
-/// Non-key predicates prune row groups by their statistics, but never a row
-/// group a memtable write falls into (its merged row may match).
+/// Non-key predicates prune row groups by their statistics; memtable writes
+/// that fall into a pruned row group still come out (placed from the
+/// memtable overlay, or, without one, by reading that group).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_group_pruning_keeps_memtable_rows() {
     let dir = tempfile::tempdir().unwrap();
