@@ -424,6 +424,37 @@ impl ScanCtx {
     fn finish(&self, rows: &mut RowsBuilder) -> Result<RecordBatch> {
         rows.finish(&self.schema)
     }
+
+    /// The output columns of rows in the segment layout (typed key columns,
+    /// one struct per attribute column): TTL and type conversion applied,
+    /// an attribute the rows lack as NULLs. `kind` and `name` name the rows
+    /// in errors ("segment" and its path).
+    fn output(&self, rows: &RecordBatch, kind: &str, name: &str) -> Result<RecordBatch> {
+        let corrupt = |m: &str| Error::corruption(format!("{kind} {name}: {m}"));
+        let n = rows.num_rows();
+        let mut arrays = Vec::with_capacity(self.cols.len());
+        for c in self.cols.iter() {
+            arrays.push(match c {
+                OutCol::Pk(i) => rows
+                    .column_by_name(&self.table.schema.primary_key[*i].name)
+                    .cloned()
+                    .ok_or_else(|| corrupt("missing a primary-key column"))?,
+                OutCol::Attr { name, ty } => match rows.column_by_name(name) {
+                    Some(a) => attr_array(
+                        a.as_struct_opt().ok_or_else(|| corrupt("attribute is not a struct"))?,
+                        *ty,
+                        self.cutoff,
+                    )?,
+                    None => new_null_array(&arrow_type(*ty), n),
+                },
+            });
+        }
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            arrays,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?)
+    }
 }
 
 enum Current {
@@ -753,30 +784,8 @@ impl OverlayRows {
     fn new(cx: &ScanCtx, ov: Arc<Overlay>, range: &KeyRange, cursor: RowCursor) -> Result<Self> {
         let span = ov.key_span(range);
         let rows = ov.rows.slice(span.start, span.len());
-        let n = rows.num_rows();
         let corrupt = |what: &str| Error::corruption(format!("memtable overlay: {what}"));
-        let mut arrays = Vec::with_capacity(cx.cols.len());
-        for c in cx.cols.iter() {
-            arrays.push(match c {
-                OutCol::Pk(i) => rows
-                    .column_by_name(&cx.table.schema.primary_key[*i].name)
-                    .cloned()
-                    .ok_or_else(|| corrupt("missing a primary-key column"))?,
-                OutCol::Attr { name, ty } => match rows.column_by_name(name) {
-                    Some(a) => attr_array(
-                        a.as_struct_opt().ok_or_else(|| corrupt("attribute is not a struct"))?,
-                        *ty,
-                        cx.cutoff,
-                    )?,
-                    None => new_null_array(&arrow_type(*ty), n),
-                },
-            });
-        }
-        let out = RecordBatch::try_new_with_options(
-            cx.schema.clone(),
-            arrays,
-            &RecordBatchOptions::new().with_row_count(Some(n)),
-        )?;
+        let out = cx.output(&rows, "memtable", "overlay")?;
         let max_ts = rows
             .column_by_name(format::MAX_TS)
             .and_then(|a| a.as_primitive_opt::<Int64Type>())
@@ -1121,28 +1130,7 @@ impl SingleReader {
             }
         }
         // The visible rows, column by column.
-        let mut arrays = Vec::with_capacity(cols.len());
-        for c in cols.iter() {
-            arrays.push(match c {
-                OutCol::Pk(i) => batch
-                    .column_by_name(&table.schema.primary_key[*i].name)
-                    .cloned()
-                    .ok_or_else(|| corrupt("missing a primary-key column"))?,
-                OutCol::Attr { name, ty } => match batch.column_by_name(name) {
-                    Some(a) => attr_array(
-                        a.as_struct_opt().ok_or_else(|| corrupt("attribute is not a struct"))?,
-                        *ty,
-                        cutoff,
-                    )?,
-                    None => new_null_array(&arrow_type(*ty), n),
-                },
-            });
-        }
-        let full = RecordBatch::try_new_with_options(
-            schema.clone(),
-            arrays,
-            &RecordBatchOptions::new().with_row_count(Some(n)),
-        )?;
+        let full = cx.output(batch, "segment", &path)?;
         let Some(mut placed) = placed else {
             if keep.true_count() == n && keep.null_count() == 0 {
                 return Ok(full);

@@ -393,29 +393,7 @@ async fn embedding_contexts() {
 /// memtable overlay, or, without one, by reading that group).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_group_pruning_keeps_memtable_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let opts = DbOptions {
-        row_group_rows: 64,
-        page_rows: 16,
-        ..DbOptions::default().clock(clock.clone())
-    };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
-    let t = crate::common::card_order_table(&db, TableOptions::default()).await;
-    let writes: Vec<RowWrite> = (0..2000i64)
-        .map(|i| {
-            PutRow::new(pk(i, "o"))
-                .column("x", i)
-                .column("s", format!("v{i:05}"))
-                .into()
-        })
-        .collect();
-    for chunk in writes.chunks(200) {
-        for r in t.write_batch(chunk.to_vec()).await.unwrap() {
-            r.unwrap();
-        }
-    }
-    t.compact().await.unwrap();
+    let (_dir, _clock, db, t) = grouped_table(2000).await;
     t.update_row(UpdateRow::new(pk(3, "o")).put("x", 100_000i64))
         .await
         .unwrap();
@@ -457,7 +435,7 @@ async fn row_group_pruning_keeps_memtable_rows() {
 /// write. Results match the row API at each step, also after a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memtable_overlays_place_writes_by_position() {
-    let (_dir, clock, db, t) = overlay_table().await;
+    let (_dir, clock, db, t) = grouped_table(3000).await;
     clock.advance(10_000);
     let mut rng = StdRng::seed_from_u64(7);
     let orders = ["", "o", "o2", "p"];
@@ -535,9 +513,9 @@ async fn overlay_check(sess: &SqlSession, t: &Table, what: &str) {
     );
 }
 
-/// 3000 rows `(i, "o")` with `x = i`, `s = "v{i}"`, compacted into one
-/// segment of 64-row groups.
-async fn overlay_table() -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
+/// `rows` rows `(i, "o")` with `x = i`, `s = "v{i:05}"`, compacted into one
+/// segment of 64-row groups (pages of 16 rows).
+async fn grouped_table(rows: i64) -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let opts = DbOptions {
@@ -547,11 +525,11 @@ async fn overlay_table() -> (tempfile::TempDir, Arc<ManualClock>, Database, Tabl
     };
     let db = Database::open_with(dir.path(), opts).await.unwrap();
     let t = crate::common::card_order_table(&db, TableOptions::default()).await;
-    let writes: Vec<RowWrite> = (0..3000i64)
+    let writes: Vec<RowWrite> = (0..rows)
         .map(|i| {
             PutRow::new(pk(i, "o"))
                 .column("x", i)
-                .column("s", format!("v{i}"))
+                .column("s", format!("v{i:05}"))
                 .into()
         })
         .collect();
@@ -569,7 +547,7 @@ async fn overlay_table() -> (tempfile::TempDir, Arc<ManualClock>, Database, Tabl
 /// group's key bounds, its rows unread), inside one, past the segment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memtable_overlays_place_keys_between_row_groups() {
-    let (_dir, _clock, db, t) = overlay_table().await;
+    let (_dir, _clock, db, t) = grouped_table(3000).await;
     let writes: Vec<RowWrite> = vec![
         PutRow::new(pk(63, "p")).column("x", 5000i64).into(),
         PutRow::new(pk(191, "o2")).column("x", 5001i64).into(),
