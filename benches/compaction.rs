@@ -32,6 +32,42 @@ fn peak_rss_mb() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Samples the process's anonymous and file-backed resident memory every
+/// 20 ms and keeps the peak of each (the kernel keeps only the peak of
+/// their sum, `VmHWM`). Segments are memory-mapped, so pages of segment
+/// files the process has read count in its RSS as file-backed memory.
+struct RssSampler {
+    peaks: std::sync::Arc<[std::sync::atomic::AtomicU64; 2]>,
+}
+
+impl RssSampler {
+    fn start() -> Self {
+        let peaks: std::sync::Arc<[std::sync::atomic::AtomicU64; 2]> = Default::default();
+        let p = peaks.clone();
+        std::thread::spawn(move || {
+            loop {
+                let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                for (i, field) in ["RssAnon:", "RssFile:"].iter().enumerate() {
+                    let kb = status
+                        .lines()
+                        .find_map(|l| l.strip_prefix(field))
+                        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                        .unwrap_or(0);
+                    p[i].fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        RssSampler { peaks }
+    }
+
+    /// (anonymous, file-backed) peaks in MB.
+    fn peaks_mb(&self) -> (f64, f64) {
+        let mb = |i: usize| self.peaks[i].load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0;
+        (mb(0), mb(1))
+    }
+}
+
 /// Minor page faults of this process so far (`/proc/self/stat`, field 10).
 fn minor_faults() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -79,6 +115,7 @@ async fn child(rows: u64, compaction: bool) {
     }
     let db = Database::open_with(dir.path(), opts).await.unwrap();
     let t = common::bench_table(&db).await;
+    let rss = RssSampler::start();
     let start = Instant::now();
     common::write_pipelined(&t, rows, common::row).await;
     let secs = start.elapsed().as_secs_f64();
@@ -88,7 +125,7 @@ async fn child(rows: u64, compaction: bool) {
     println!(
         "compaction {:<3}: {rows} rows in {secs:.1} s = {:.0} rows/s; peak RSS {:.0} MB; runs {} ({} segments), \
          {} compactions; write amp {:.2} (WAL {:.0} MB + flush {:.0} MB + compaction {:.0} MB over {:.0} MB user data); \
-         writer stall {:.1} s",
+         writer stall {:.1} s; sampled peaks: anonymous {:.0} MB, file-backed (mapped segments) {:.0} MB",
         if compaction { "on" } else { "off" },
         rows as f64 / secs,
         peak_rss_mb(),
@@ -101,6 +138,8 @@ async fn child(rows: u64, compaction: bool) {
         s.compaction_bytes as f64 / 1e6,
         user as f64 / 1e6,
         db.stall_micros() as f64 / 1e6,
+        rss.peaks_mb().0,
+        rss.peaks_mb().1,
     );
     if compaction {
         let start = Instant::now();

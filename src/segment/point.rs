@@ -19,6 +19,7 @@ use parquet::data_type::{BoolType, ByteArrayType, DataType, DoubleType, Int32Typ
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::serialized_reader::SerializedPageReader;
+use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnDescPtr;
 
 use super::format::{self, ROW_MERGE};
@@ -44,9 +45,8 @@ impl RowGroupFile<'_> {
         Error::corruption(format!("segment {}: {what}", self.path))
     }
 
-    /// A reader of leaf `leaf` positioned at row `rows.start`, whose pages
-    /// cover `rows` (pages before them are skipped unread).
-    fn reader<T: DataType>(&self, leaf: usize, rows: &Range<usize>) -> Result<ColumnReaderImpl<T>> {
+    /// Leaf `leaf`'s descriptor, checked to be a flat column of type `T`.
+    fn leaf<T: DataType>(&self, leaf: usize) -> Result<ColumnDescPtr> {
         let descr: ColumnDescPtr = self.md.file_metadata().schema_descr().column(leaf);
         if descr.physical_type() != T::get_physical_type() || descr.max_rep_level() != 0 {
             return Err(self.err(format!(
@@ -57,6 +57,13 @@ impl RowGroupFile<'_> {
                 T::get_physical_type()
             )));
         }
+        Ok(descr)
+    }
+
+    /// A reader of leaf `leaf` positioned at row `rows.start`, whose pages
+    /// cover `rows` (pages before them are skipped unread).
+    fn reader<T: DataType>(&self, leaf: usize, rows: &Range<usize>) -> Result<ColumnReaderImpl<T>> {
+        let descr = self.leaf::<T>(leaf)?;
         let rg = self.md.row_group(self.rg);
         let total = rg.num_rows() as usize;
         let pages = self
@@ -75,11 +82,30 @@ impl RowGroupFile<'_> {
         Ok(reader)
     }
 
+    /// The value every row of leaf `leaf` holds in this row group, when the
+    /// column chunk's statistics prove there is one: `Some(None)` when all
+    /// rows are null, `Some(Some(v))` when none is and min equals max. In a
+    /// compacted segment of PutRows that is `__row`, `__row_ts` and
+    /// `__tomb` (and any value child of a type the row group never holds),
+    /// so a point get reads those pages not at all.
+    fn uniform<T: UniformLeaf>(&self, leaf: usize) -> Option<Option<T::T>> {
+        let rg = self.md.row_group(self.rg);
+        let stats = rg.column(leaf).statistics()?;
+        match stats.null_count_opt()? {
+            n if n == rg.num_rows() as u64 => Some(None),
+            0 => T::constant(stats).map(Some),
+            _ => None,
+        }
+    }
+
     /// The values of leaf `leaf` in `rows`.
-    fn read<T: DataType>(&self, leaf: usize, rows: Range<usize>) -> Result<Leaf<T::T>> {
+    fn read<T: UniformLeaf>(&self, leaf: usize, rows: Range<usize>) -> Result<Leaf<T::T>> {
+        let max_def = self.leaf::<T>(leaf)?.max_def_level();
+        if let Some(v) = self.uniform::<T>(leaf) {
+            return Ok(vec![v; rows.len()]);
+        }
         let mut reader = self.reader::<T>(leaf, &rows)?;
         let n = rows.len();
-        let max_def = self.md.file_metadata().schema_descr().column(leaf).max_def_level();
         let mut defs = Vec::with_capacity(n);
         let mut values = Vec::with_capacity(n);
         let mut read = 0;
@@ -230,7 +256,7 @@ impl RowGroupFile<'_> {
     }
 
     /// The value of leaf `leaf` in row `row`.
-    fn one<T: DataType>(&self, leaf: usize, row: usize) -> Result<Option<T::T>> {
+    fn one<T: UniformLeaf>(&self, leaf: usize, row: usize) -> Result<Option<T::T>> {
         Ok(self.read::<T>(leaf, row..row + 1)?.into_iter().next().flatten())
     }
 
@@ -261,6 +287,33 @@ impl RowGroupFile<'_> {
                 .collect::<Result<_>>()?,
             other => return Err(self.err(format!("column {column} has an unknown value child {other:?}"))),
         })
+    }
+}
+
+/// Leaf types whose column-chunk statistics can stand in for their pages.
+trait UniformLeaf: DataType {
+    /// The one value all non-null rows hold, if the statistics prove it.
+    fn constant(stats: &Statistics) -> Option<Self::T>;
+}
+
+macro_rules! uniform_leaf {
+    ($($t:ty => $variant:ident),*) => {$(
+        impl UniformLeaf for $t {
+            fn constant(stats: &Statistics) -> Option<Self::T> {
+                match stats {
+                    Statistics::$variant(v) => v.min_opt().filter(|&min| Some(min) == v.max_opt()).cloned(),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+uniform_leaf!(Int32Type => Int32, Int64Type => Int64, BoolType => Boolean, ByteArrayType => ByteArray);
+
+impl UniformLeaf for DoubleType {
+    /// Never: NaN is left out of min and max, and -0.0 equals 0.0.
+    fn constant(_: &Statistics) -> Option<f64> {
+        None
     }
 }
 
