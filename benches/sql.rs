@@ -8,8 +8,10 @@
 //! DataFusion (`COPY ... TO`), then times both. Each query runs 5 times
 //! after a warm-up; the median is reported (and Cellar's warm-up time
 //! apart), the Cellar and Parquet runs
-//! interleaved so that machine drift hits both. Data goes to a temporary
-//! directory under `$CELLAR_BENCH_DIR` (default: the system's).
+//! interleaved so that machine drift hits both. Then five bursts of 1000
+//! writes, each followed by one GROUP BY (the query that brings the
+//! memtable overlays up to date). Data goes to a temporary directory under
+//! `$CELLAR_BENCH_DIR` (default: the system's).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -170,6 +172,23 @@ fn main() {
         let cellar = session_context(&db);
         compare(&cellar, &plain, "GROUP BY seller_id (1% in memtable)", GROUP_BY).await;
         compare(&cellar, &plain, "filtered aggregate (1% in memtable)", FILTERED).await;
+
+        // Bursts of writes between queries: the first query after each
+        // extends the overlays by the keys written since (new keys here).
+        let mut after_burst = Vec::new();
+        for burst in 1..=5u64 {
+            common::write_pipelined(&t, 1000, |j| common::row((j * 100 + burst) % rows)).await;
+            after_burst.push(time(&cellar, &GROUP_BY.replace("{t}", "bench")).await);
+        }
+        let s = t.stats();
+        println!(
+            "GROUP BY right after each of 5 bursts of 1000 writes: median {:.1} ms, max {:.1} ms \
+             (overlays built {}, extended {})",
+            median(after_burst.clone()).as_secs_f64() * 1e3,
+            after_burst.iter().max().unwrap().as_secs_f64() * 1e3,
+            s.scan_overlay_builds,
+            s.scan_overlay_extensions
+        );
         drop((cellar, t));
         db.close().await.unwrap();
     });

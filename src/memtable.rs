@@ -167,14 +167,10 @@ impl Memtable {
                 }
             }
         } else {
-            let lo = match resume {
-                Some(r) => Bound::Excluded(r),
-                None => Bound::Included(range.lo.as_slice()),
-            };
-            if !bounds_ordered(lo, hi) {
+            let Some(bounds) = range_bounds(range, resume) else {
                 return out;
-            }
-            for (k, ops) in map.range::<[u8], _>((lo, hi)) {
+            };
+            for (k, ops) in map.range::<[u8], _>(bounds) {
                 if !take(k, ops) {
                     break;
                 }
@@ -183,21 +179,46 @@ impl Memtable {
         out
     }
 
-    /// The keys of `range` with a write at or before `snapshot`, ascending.
-    pub fn keys_at(&self, range: &KeyRange, snapshot: u64) -> Vec<Vec<u8>> {
+    /// The keys of `range` whose newest write at or before `snapshot` came
+    /// after sequence `after` (0: every key with a write by then),
+    /// ascending.
+    pub fn keys_changed(&self, range: &KeyRange, after: u64, snapshot: u64) -> Vec<Vec<u8>> {
         let map = self.map.read();
-        let hi = match &range.hi {
-            Some(h) => Bound::Excluded(h.as_slice()),
-            None => Bound::Unbounded,
-        };
-        let lo = Bound::Included(range.lo.as_slice());
-        if !bounds_ordered(lo, hi) {
+        let Some(bounds) = range_bounds(range, None) else {
             return Vec::new();
-        }
-        map.range::<[u8], _>((lo, hi))
-            .filter(|(_, ops)| ops.first().is_some_and(|(s, _)| *s <= snapshot))
+        };
+        map.range::<[u8], _>(bounds)
+            .filter(|(_, ops)| changed(ops, after, snapshot))
             .map(|(k, _)| k.clone())
             .collect()
+    }
+
+    /// Up to `max_keys` of the keys [`Memtable::keys_changed`] lists,
+    /// strictly after `resume` when given, each with its folded state at
+    /// `snapshot` (all its writes up to there, not only the new ones).
+    pub fn states_changed(
+        &self,
+        range: &KeyRange,
+        resume: Option<&[u8]>,
+        after: u64,
+        snapshot: u64,
+        max_keys: usize,
+    ) -> Vec<(Vec<u8>, RowState)> {
+        let map = self.map.read();
+        let Some(bounds) = range_bounds(range, resume) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, ops) in map.range::<[u8], _>(bounds) {
+            if out.len() == max_keys {
+                break;
+            }
+            let mut st = RowState::default();
+            if changed(ops, after, snapshot) && apply_ops(ops, snapshot, &mut st) {
+                out.push((k.clone(), st));
+            }
+        }
+        out
     }
 
     /// The overlay slot of a segment (created empty on first use).
@@ -264,6 +285,30 @@ impl Memtable {
     pub fn key_count(&self) -> usize {
         self.map.read().len()
     }
+}
+
+/// Whether a key's newest write at or before `snapshot` came after
+/// sequence `after` (sequences ascend within a key's writes).
+fn changed(ops: &Ops, after: u64, snapshot: u64) -> bool {
+    let visible = ops.partition_point(|(s, _)| *s <= snapshot);
+    visible > 0 && ops[visible - 1].0 > after
+}
+
+/// Bounds of a range of keys in the B-tree.
+type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
+/// `range` as B-tree bounds, starting strictly after `resume` when given;
+/// `None` when empty.
+fn range_bounds<'a>(range: &'a KeyRange, resume: Option<&'a [u8]>) -> Option<KeyBounds<'a>> {
+    let lo = match resume {
+        Some(r) => Bound::Excluded(r),
+        None => Bound::Included(range.lo.as_slice()),
+    };
+    let hi = match &range.hi {
+        Some(h) => Bound::Excluded(h.as_slice()),
+        None => Bound::Unbounded,
+    };
+    bounds_ordered(lo, hi).then_some((lo, hi))
 }
 
 fn apply_ops(ops: &Ops, snapshot: u64, state: &mut RowState) -> bool {

@@ -50,6 +50,9 @@ pub struct TableStats {
     /// places the memtable's keys in a segment once, for every scan until
     /// the next write (see the README's SQL section).
     pub scan_overlay_builds: u64,
+    /// Overlays SQL scans brought up to date after writes by placing and
+    /// folding only the keys written since, instead of building them anew.
+    pub scan_overlay_extensions: u64,
     pub last_flush_error: Option<String>,
     pub last_compaction_error: Option<String>,
 }
@@ -268,6 +271,7 @@ impl Table {
             runs: compact::runs(&st.segments).len(),
             write_stall_micros: self.db.shared().stall_micros.load(Relaxed),
             scan_overlay_builds: self.inner.stats.overlay_builds.load(Relaxed),
+            scan_overlay_extensions: self.inner.stats.overlay_extensions.load(Relaxed),
             last_flush_error: self.inner.last_flush_error.lock().clone(),
             last_compaction_error: self.inner.last_compaction_error.lock().clone(),
         }

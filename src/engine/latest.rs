@@ -771,11 +771,15 @@ async fn overlay_for(
     if piece_rows.saturating_mul(OVERLAY_MIN_SHARE) < seg.meta.num_rows {
         return Ok(None);
     }
-    let ov = Arc::new(Overlay::build(&cx.table, mem, seg, at).await?);
-    cx.table
-        .stats
-        .overlay_builds
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (ov, extended) = Overlay::build(&cx.table, mem, seg, at, held.as_deref()).await?;
+    let stats = &cx.table.stats;
+    let counter = if extended {
+        &stats.overlay_extensions
+    } else {
+        &stats.overlay_builds
+    };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let ov = Arc::new(ov);
     *held = Some(ov.clone());
     Ok(Some(ov))
 }

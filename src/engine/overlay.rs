@@ -17,8 +17,10 @@
 //! memtable write: it clears the replaced rows in its visibility mask and
 //! splices the overlay's rows in by position. The overlay belongs to the
 //! memtable (dropped with it) and is valid while the memtable's newest
-//! sequence is the one it was built at; any write makes the next scan that
-//! wants one build it again.
+//! sequence is the one it was built at. After writes, the next scan that
+//! wants one extends it: only the keys written since are placed (reading
+//! only the row groups that could hold them) and folded, the others keep
+//! their position and row.
 
 use std::sync::Arc;
 
@@ -44,6 +46,8 @@ const BUILD_CHUNK: usize = 4096;
 pub(crate) struct Overlay {
     /// The memtable's newest sequence when this was built.
     pub built_at: u64,
+    /// The attribute columns of `rows`: the segment's and the memtable's.
+    columns: Vec<(String, TypeSet)>,
     /// The keys, ascending.
     pub keys: Vec<Vec<u8>>,
     /// Per key: the segment row it replaces (`found`), else the segment row
@@ -59,13 +63,25 @@ pub(crate) struct Overlay {
 impl Overlay {
     /// Builds the overlay of `mem`'s writes up to sequence `at` (which must
     /// be the memtable's newest) over `seg`.
-    pub async fn build(table: &TableInner, mem: &Memtable, seg: &Arc<Segment>, at: u64) -> Result<Overlay> {
+    ///
+    /// With `base`, an overlay of the same memtable and segment built at an
+    /// earlier sequence, only the keys written since then are placed and
+    /// folded; every other key keeps its position and row from `base`
+    /// (keys never leave a memtable and segment rows never move). That
+    /// holds while the attribute columns are the same; when a write
+    /// brought a new column or value type, it is built whole. Returns
+    /// whether `base` was extended.
+    pub async fn build(
+        table: &TableInner,
+        mem: &Memtable,
+        seg: &Arc<Segment>,
+        at: u64,
+        base: Option<&Overlay>,
+    ) -> Result<(Overlay, bool)> {
         let range = KeyRange {
             lo: seg.min_key.clone(),
             hi: Some(key_successor(&seg.max_key)),
         };
-        let keys = mem.keys_at(&range, at);
-        let (pos, found) = locate(table, seg, &keys).await?;
         // Columns: the memtable's, plus the segment's (an UpdateRow merged
         // over a segment row brings that row's other columns along).
         let mut columns: std::collections::BTreeMap<String, TypeSet> = seg.meta.columns.iter().cloned().collect();
@@ -73,20 +89,49 @@ impl Overlay {
             columns.entry(name).or_default().0 |= t.0;
         }
         let columns: Vec<(String, TypeSet)> = columns.into_iter().collect();
+        let base = base.filter(|b| b.columns == columns && b.built_at < at);
+        let after = base.map_or(0, |b| b.built_at);
+        // The keys written since `after`; those `base` lacks are located.
+        let keys = mem.keys_changed(&range, after, at);
+        let in_base: Vec<Option<usize>> = keys
+            .iter()
+            .map(|k| base.and_then(|b| b.keys.binary_search(k).ok()))
+            .collect();
+        let fresh: Vec<Vec<u8>> = keys
+            .iter()
+            .zip(&in_base)
+            .filter(|(_, i)| i.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let (fresh_pos, fresh_found) = locate(table, seg, &fresh).await?;
+        let (mut pos, mut found) = (Vec::with_capacity(keys.len()), Vec::with_capacity(keys.len()));
+        let mut f = 0;
+        for i in &in_base {
+            match (i, base) {
+                (Some(i), Some(b)) => {
+                    pos.push(b.pos[*i]);
+                    found.push(b.found[*i]);
+                }
+                _ => {
+                    pos.push(fresh_pos[f]);
+                    found.push(fresh_found[f]);
+                    f += 1;
+                }
+            }
+        }
         let schema = format::arrow_schema(&table.schema, &columns);
         let mut batches = Vec::new();
         let mut resume: Option<Vec<u8>> = None;
         let mut i = 0;
+        let changed = || Error::corruption("memtable keys changed while an overlay was built for a scan");
         loop {
-            let chunk = mem.scan_chunk(&range, resume.as_deref(), false, at, BUILD_CHUNK);
+            let chunk = mem.states_changed(&range, resume.as_deref(), after, at, BUILD_CHUNK);
             let done = chunk.len() < BUILD_CHUNK;
             resume = chunk.last().map(|(k, _)| k.clone());
             let mut states = Vec::with_capacity(chunk.len());
             for (key, mut st) in chunk {
                 if keys.get(i) != Some(&key) {
-                    return Err(Error::corruption(
-                        "memtable keys changed while an overlay was built for a scan",
-                    ));
+                    return Err(changed());
                 }
                 if !st.replace
                     && found[i]
@@ -109,31 +154,64 @@ impl Overlay {
             }
         }
         if i != keys.len() {
-            return Err(Error::corruption(
-                "memtable keys changed while an overlay was built for a scan",
-            ));
+            return Err(changed());
         }
-        let all = concat_batches(&schema, &batches)?;
-        // Keep what a scan shows: typed keys, `__max_ts`, attributes.
-        let mut fields = Vec::new();
-        let mut arrays: Vec<ArrayRef> = Vec::new();
-        for (f, a) in schema.fields().iter().zip(all.columns()) {
-            let name = f.name().as_str();
-            if name.starts_with("__") && name != format::MAX_TS {
-                continue;
-            }
-            let t = crate::segment::view_type(f.data_type());
-            arrays.push(arrow::compute::cast(a, &t)?);
-            fields.push(Field::new(name, t, f.is_nullable()));
-        }
-        let rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
-        Ok(Overlay {
+        let rows = scan_rows(&concat_batches(&schema, &batches)?)?;
+        let Some(base) = base else {
+            let ov = Overlay {
+                built_at: at,
+                columns,
+                keys,
+                pos,
+                found,
+                rows,
+            };
+            return Ok((ov, false));
+        };
+        // Every key of either, ascending; a key written since takes its new
+        // position and row.
+        let n = base.keys.len() + fresh.len();
+        let mut merged = Overlay {
             built_at: at,
-            keys,
-            pos,
-            found,
-            rows,
-        })
+            columns,
+            keys: Vec::with_capacity(n),
+            pos: Vec::with_capacity(n),
+            found: Vec::with_capacity(n),
+            rows: RecordBatch::new_empty(rows.schema()),
+        };
+        let mut take = Vec::with_capacity(n);
+        let (mut b, mut c) = (0, 0);
+        while b < base.keys.len() || c < keys.len() {
+            let from_new = match (base.keys.get(b), keys.get(c)) {
+                (Some(old), Some(new)) => match old.cmp(new) {
+                    std::cmp::Ordering::Less => false,
+                    std::cmp::Ordering::Equal => {
+                        b += 1;
+                        true
+                    }
+                    std::cmp::Ordering::Greater => true,
+                },
+                (Some(_), None) => false,
+                (None, _) => true,
+            };
+            let (src, j) = if from_new {
+                (&keys, &mut c)
+            } else {
+                (&base.keys, &mut b)
+            };
+            let (p, fd) = if from_new {
+                (pos[*j], found[*j])
+            } else {
+                (base.pos[*j], base.found[*j])
+            };
+            merged.keys.push(src[*j].clone());
+            merged.pos.push(p);
+            merged.found.push(fd);
+            take.push((usize::from(from_new), *j));
+            *j += 1;
+        }
+        merged.rows = arrow::compute::interleave_record_batch(&[&base.rows, &rows], &take)?;
+        Ok((merged, true))
     }
 
     /// The index range of the keys in `range`.
@@ -145,6 +223,23 @@ impl Overlay {
         };
         lo..hi.max(lo)
     }
+}
+
+/// The columns of encoded states a scan shows: typed keys, `__max_ts` and
+/// the attributes, strings as views.
+fn scan_rows(all: &RecordBatch) -> Result<RecordBatch> {
+    let mut fields = Vec::new();
+    let mut arrays: Vec<ArrayRef> = Vec::new();
+    for (f, a) in all.schema().fields().iter().zip(all.columns()) {
+        let name = f.name().as_str();
+        if name.starts_with("__") && name != format::MAX_TS {
+            continue;
+        }
+        let t = crate::segment::view_type(f.data_type());
+        arrays.push(arrow::compute::cast(a, &t)?);
+        fields.push(Field::new(name, t, f.is_nullable()));
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
 }
 
 /// What a latest-version scan needs of a state: each column's newest
@@ -159,9 +254,17 @@ fn newest_only(st: &mut RowState) {
     }
 }
 
-/// Each key's position in the segment (see [`Overlay::pos`]). Row groups
-/// whose key bounds hold no key are not read: a key below such a group's
-/// bounds goes before its first row.
+/// Row groups holding at most this many keys place them by reading one
+/// `__pk` page per key (~20 us each) rather than decoding the group's key
+/// columns (~1 ms for 16k rows): after a few writes spread over the table,
+/// an extension then reads a page per new key instead of every group.
+const POINT_KEYS_PER_GROUP: usize = 16;
+
+/// Each key's position in the segment (see [`Overlay::pos`]). A key is
+/// placed by the key bounds of the row groups when it lies between two of
+/// them; in a group's bounds, by a `__pk` page read per key when the group
+/// holds few keys (on a local disk), else by one pass over the typed key
+/// columns of such groups.
 async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Result<(Vec<u64>, Vec<bool>)> {
     let n = keys.len();
     let mut pos = vec![0u64; n];
@@ -170,31 +273,79 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
         return Ok((pos, found));
     }
     let md = seg.reader_metadata().await?.metadata().clone();
-    // (first segment row, rows, key bounds) per row group, and which to read.
-    let mut groups = Vec::with_capacity(md.num_row_groups());
-    let mut spans = Vec::new();
+    // The keys each row group's bounds hold; keys between groups go before
+    // the next group's first row (or after the last row).
+    let mut bounded = true;
+    let mut in_group: Vec<(usize, u64, std::ops::Range<usize>)> = Vec::new();
     let mut start = 0u64;
+    let mut j = 0;
     for rg in 0..md.num_row_groups() {
         let rows = md.row_group(rg).num_rows() as u64;
-        let bounds = seg.row_group_key_range(&md, rg);
-        let read = match bounds {
-            Some((lo, hi)) => {
-                let i = keys.partition_point(|k| k.as_slice() < lo);
-                i < n && keys[i].as_slice() <= hi
-            }
-            None => true,
+        let Some((lo, hi)) = seg.row_group_key_range(&md, rg) else {
+            bounded = false;
+            break;
         };
-        if read {
-            spans.push(RowSpan {
-                row_group: rg,
-                rows: 0..rows as usize,
-                inside: true,
-            });
+        while j < n && keys[j].as_slice() < lo {
+            pos[j] = start;
+            j += 1;
         }
-        groups.push((start, rows, bounds.map(|(l, h)| (l.to_vec(), h.to_vec())), read));
+        let first = j;
+        while j < n && keys[j].as_slice() <= hi {
+            j += 1;
+        }
+        if j > first {
+            in_group.push((rg, start, first..j));
+        }
         start += rows;
     }
     let total = start;
+    if !bounded {
+        // No key statistics (not written by this version): every group is
+        // read and every key placed by comparing rows.
+        in_group.clear();
+        let mut start = 0;
+        for rg in 0..md.num_row_groups() {
+            in_group.push((rg, start, 0..0));
+            start += md.row_group(rg).num_rows() as u64;
+        }
+        j = 0;
+    }
+    for p in &mut pos[j..] {
+        *p = total;
+    }
+    // Few keys in a group: one page read each.
+    let mut spans = Vec::new();
+    let mut streamed: Vec<usize> = Vec::new();
+    for (rg, gstart, ks) in &in_group {
+        if bounded && ks.len() <= POINT_KEYS_PER_GROUP {
+            let mut placed = Vec::with_capacity(ks.len());
+            for k in ks.clone() {
+                match seg.position_in_group(*rg, &keys[k]).await? {
+                    Some((row, hit)) => placed.push((k, gstart + row as u64, hit)),
+                    None => break,
+                }
+            }
+            if placed.len() == ks.len() {
+                for (k, p, hit) in placed {
+                    pos[k] = p;
+                    found[k] = hit;
+                }
+                continue;
+            }
+        }
+        spans.push(RowSpan {
+            row_group: *rg,
+            rows: 0..md.row_group(*rg).num_rows() as usize,
+            inside: true,
+        });
+        streamed.extend(ks.clone());
+    }
+    if !bounded {
+        streamed = (0..n).collect();
+    }
+    if spans.is_empty() {
+        return Ok((pos, found));
+    }
     let pk_types = table.schema.pk_types();
     let leaves: Vec<usize> = seg
         .leaf_paths()
@@ -204,58 +355,42 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
         .filter(|(_, p)| p.len() == 1 && table.schema.is_pk_column(&p[0]))
         .map(|(i, _)| i)
         .collect();
+    // The streamed groups' keys, ascending, each placed in the first batch
+    // run whose last row is not below it (keys past every streamed row, only
+    // possible without key statistics, stay after the last row).
+    let mut cursor = RowCursor::new(&md, &spans);
+    let mut stream = seg.stream_rows(&spans, leaves, BATCH_ROWS).await?;
     let mut j = 0;
-    let mut next_group = 0;
-    // Keys that fall before segment row `upto`, judged by the bounds of the
-    // unread groups that start before it (a key inside a read group is
-    // placed by comparing rows instead).
-    let mut skip_unread = |upto: u64, j: &mut usize, pos: &mut [u64]| {
-        while next_group < groups.len() && groups[next_group].0 < upto {
-            let (gstart, _, bounds, read) = &groups[next_group];
-            if !*read && let Some((lo, _)) = bounds {
-                while *j < n && keys[*j].as_slice() < lo.as_slice() {
-                    pos[*j] = *gstart;
-                    *j += 1;
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(|e| Error::io(format!("read segment {}", seg.meta.path), e))?;
+        let rows = RowKeys::typed(&batch, &table.schema, &seg.meta.path)?;
+        for (b0, g0, len) in cursor.advance(batch.num_rows()) {
+            let mut from = b0;
+            let last = b0 + len - 1;
+            while j < streamed.len() {
+                let k = streamed[j];
+                let dec = crate::key::decode_key(&keys[k], &pk_types)?;
+                if rows.row_vs(last, &keys[k], &dec) == std::cmp::Ordering::Less {
+                    break;
                 }
-            }
-            next_group += 1;
-        }
-    };
-    if !spans.is_empty() {
-        let mut cursor = RowCursor::new(&md, &spans);
-        let mut stream = seg.stream_rows(&spans, leaves, BATCH_ROWS).await?;
-        while let Some(batch) = stream.next().await {
-            let batch = batch.map_err(|e| Error::io(format!("read segment {}", seg.meta.path), e))?;
-            let rows = RowKeys::typed(&batch, &table.schema, &seg.meta.path)?;
-            for (b0, g0, len) in cursor.advance(batch.num_rows()) {
-                skip_unread(g0, &mut j, &mut pos);
-                let mut from = b0;
-                let last = b0 + len - 1;
-                while j < n {
-                    let dec = crate::key::decode_key(&keys[j], &pk_types)?;
-                    if rows.row_vs(last, &keys[j], &dec) == std::cmp::Ordering::Less {
-                        break;
+                let (mut lo, mut hi) = (from, b0 + len);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if rows.row_vs(mid, &keys[k], &dec) == std::cmp::Ordering::Less {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
                     }
-                    let (mut lo, mut hi) = (from, b0 + len);
-                    while lo < hi {
-                        let mid = lo + (hi - lo) / 2;
-                        if rows.row_vs(mid, &keys[j], &dec) == std::cmp::Ordering::Less {
-                            lo = mid + 1;
-                        } else {
-                            hi = mid;
-                        }
-                    }
-                    pos[j] = g0 + (lo - b0) as u64;
-                    found[j] = rows.row_vs(lo, &keys[j], &dec) == std::cmp::Ordering::Equal;
-                    from = lo;
-                    j += 1;
                 }
+                pos[k] = g0 + (lo - b0) as u64;
+                found[k] = rows.row_vs(lo, &keys[k], &dec) == std::cmp::Ordering::Equal;
+                from = lo;
+                j += 1;
             }
         }
     }
-    skip_unread(total, &mut j, &mut pos);
-    for p in &mut pos[j..] {
-        *p = total;
+    for &k in &streamed[j..] {
+        pos[k] = total;
     }
     Ok((pos, found))
 }

@@ -61,6 +61,8 @@ pub(crate) struct TableStats {
     pub compaction_read_bytes: AtomicU64,
     /// Memtable overlays built by scans (not persisted).
     pub overlay_builds: AtomicU64,
+    /// Overlays extended by the keys written since they were built.
+    pub overlay_extensions: AtomicU64,
 }
 
 /// A consistent view of one table for one read.
@@ -88,6 +90,7 @@ impl TableStats {
             compaction_bytes: AtomicU64::new(c.compaction_bytes),
             compaction_read_bytes: AtomicU64::new(c.compaction_read_bytes),
             overlay_builds: AtomicU64::new(0),
+            overlay_extensions: AtomicU64::new(0),
         }
     }
 

@@ -172,6 +172,32 @@ impl RowGroupFile<'_> {
         Ok(found)
     }
 
+    /// The first row within `candidates` whose key is not below `key`, and
+    /// whether it is `key`; `None` when every candidate is below it.
+    pub fn key_position(&self, pk_leaf: usize, candidates: Range<usize>, key: &[u8]) -> Result<Option<(usize, bool)>> {
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let mut reader = self.reader::<ByteArrayType>(pk_leaf, &candidates)?;
+        const STEP: usize = 32;
+        let mut keys = Vec::with_capacity(STEP);
+        let mut at = candidates.start;
+        while at < candidates.end {
+            keys.clear();
+            let (records, _, _) = reader
+                .read_records(STEP.min(candidates.end - at), None, None, &mut keys)
+                .map_err(|e| self.err(e))?;
+            if records == 0 {
+                break;
+            }
+            if let Some(i) = keys.iter().position(|k| k.data() >= key) {
+                return Ok(Some((at + i, keys[i].data() == key)));
+            }
+            at += records;
+        }
+        Ok(None)
+    }
+
     /// The state of the key stored in `rows`; `columns`: the attribute
     /// columns to read (`None`: all).
     pub fn key_state(&self, rows: Range<usize>, columns: Option<&[String]>) -> Result<RowState> {

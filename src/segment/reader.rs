@@ -162,6 +162,50 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// Where `key`, which lies within row group `rg`'s key bounds, sits in
+    /// it: (row within the group, whether that row holds `key`) — the row
+    /// holding it, else the row it would go before. Reads one `__pk` page.
+    /// `None` when the file is not on a local disk (mapped).
+    pub async fn position_in_group(&self, rg: usize, key: &[u8]) -> Result<Option<(usize, bool)>> {
+        let Some(file) = self.local_file()? else {
+            return Ok(None);
+        };
+        let meta = self.reader_metadata().await?;
+        let md = meta.metadata();
+        let rows = first_page_reaching(md, rg, key);
+        let group = RowGroupFile {
+            file: Arc::new(Bytes::from_owner(MappedRange(file.clone(), 0..file.len()))),
+            md,
+            rg,
+            path: &self.meta.path,
+        };
+        Ok(Some(
+            group.key_position(0, rows.clone(), key)?.unwrap_or((rows.end, false)),
+        ))
+    }
+}
+
+/// The rows of row group `rg`'s first `__pk` page whose largest key is not
+/// below `key`: that page holds the first row at or past `key`. The whole
+/// row group without a page index.
+fn first_page_reaching(md: &ParquetMetaData, rg: usize, key: &[u8]) -> Range<usize> {
+    let total = md.row_group(rg).num_rows() as usize;
+    let index = match md.column_index().and_then(|c| c.get(rg)).and_then(|c| c.first()) {
+        Some(ColumnIndexMetaData::BYTE_ARRAY(index)) => index,
+        _ => return 0..total,
+    };
+    let Some(pages) = md.offset_index().and_then(|o| o.get(rg)).and_then(|o| o.first()) else {
+        return 0..total;
+    };
+    let pages = pages.page_locations();
+    let i = partition(pages.len(), |i| index.max_value(i).is_some_and(|max| max < key));
+    match pages.get(i) {
+        Some(p) => p.first_row_index as usize..pages.get(i + 1).map_or(total, |n| n.first_row_index as usize),
+        None => total..total,
+    }
+}
+
 /// `t` with strings (also inside structs) as `Utf8View`, as scans read them.
 pub(crate) fn view_type(t: &arrow::datatypes::DataType) -> arrow::datatypes::DataType {
     use arrow::datatypes::DataType;

@@ -431,16 +431,17 @@ async fn row_group_pruning_keeps_memtable_rows() {
 
 /// A scan of a segment with memtable writes over it places those writes by
 /// position from an overlay: built once per memtable state, reused by
-/// every later scan (whatever its key range or filter), rebuilt after a
-/// write. Results match the row API at each step, also after a TTL.
+/// every later scan (whatever its key range or filter), extended by the
+/// keys written since after writes, built anew when a write adds a column.
+/// Results match the row API at each step, also after a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memtable_overlays_place_writes_by_position() {
     let (_dir, clock, db, t) = grouped_table(3000).await;
     clock.advance(10_000);
     let mut rng = StdRng::seed_from_u64(7);
     let orders = ["", "o", "o2", "p"];
-    let random_write = |rng: &mut StdRng| -> RowWrite {
-        let k = pk(rng.random_range(-5..3010i64), orders[rng.random_range(0..orders.len())]);
+    let random_key = |rng: &mut StdRng| pk(rng.random_range(-5..3010i64), orders[rng.random_range(0..orders.len())]);
+    let random_op = |rng: &mut StdRng, k: PrimaryKey| -> RowWrite {
         match rng.random_range(0..4) {
             0 => PutRow::new(k).column("x", rng.random_range(0..5000i64)).into(),
             1 => UpdateRow::new(k).put("x", rng.random_range(0..5000i64)).into(),
@@ -448,7 +449,12 @@ async fn memtable_overlays_place_writes_by_position() {
             _ => DeleteRow::new(k).into(),
         }
     };
-    let batch: Vec<RowWrite> = (0..300).map(|_| random_write(&mut rng)).collect();
+    // Keys spread over the table (a few per 64-row group: each placed by
+    // a page read) and a dense run (many in a group: placed by reading the
+    // group's key columns).
+    let mut first: Vec<PrimaryKey> = (0..300).map(|_| random_key(&mut rng)).collect();
+    first.extend((1000..1100).map(|c| pk(c, orders[c as usize % orders.len()])));
+    let batch: Vec<RowWrite> = first.iter().map(|k| random_op(&mut rng, k.clone())).collect();
     for r in t.write_batch(batch).await.unwrap() {
         r.unwrap();
     }
@@ -461,13 +467,30 @@ async fn memtable_overlays_place_writes_by_position() {
         .await
         .unwrap();
     overlay_check(&sess, &t, "after one more write").await;
-    assert_eq!(
-        t.stats().scan_overlay_builds,
-        2,
-        "a write makes the next scan rebuild it"
-    );
+    let built = |t: &Table| (t.stats().scan_overlay_builds, t.stats().scan_overlay_extensions);
+    assert_eq!(built(&t), (1, 1), "a write makes the next scan extend it");
     let b = rows(&sess, "SELECT x FROM t WHERE card = 1500 AND \"order\" = 'o'").await;
     assert_eq!(text_rows(&b), vec!["x=4242"]);
+    // Rounds of writes, each followed by scans: keys new to the memtable,
+    // keys it already holds (rewritten, updated, deleted), segment keys.
+    for round in 0..4 {
+        let mut keys: Vec<PrimaryKey> = (0..30).map(|_| random_key(&mut rng)).collect();
+        keys.extend((0..10).map(|_| first[rng.random_range(0..first.len())].clone()));
+        let batch: Vec<RowWrite> = keys.into_iter().map(|k| random_op(&mut rng, k)).collect();
+        for r in t.write_batch(batch).await.unwrap() {
+            r.unwrap();
+        }
+        overlay_check(&sess, &t, &format!("extension round {round}")).await;
+    }
+    assert_eq!(built(&t), (1, 5), "each round extends the overlay");
+    // A new attribute column changes the overlay's layout: built anew.
+    t.update_row(UpdateRow::new(pk(1501, "o")).put("y", 1i64))
+        .await
+        .unwrap();
+    overlay_check(&sess, &t, "after a new column").await;
+    assert_eq!(built(&t), (2, 5), "a new column makes the next scan build it anew");
+    let b = rows(&sess, "SELECT x, y FROM t WHERE card = 1501 AND \"order\" = 'o'").await;
+    assert_eq!(text_rows(&b), vec!["x=1501 y=1"]);
     // The segment's values expire, the memtable's do not.
     db.alter_table(
         "t",
