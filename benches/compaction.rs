@@ -4,8 +4,9 @@
 //! range scan, compacted).
 //!
 //! `cargo bench --bench compaction [-- ROWS]` (default 10M) runs the load
-//! twice, each in a child process of its own (so each peak RSS is its
-//! own): once with `auto_compaction` off, once on. Writes are the ingest
+//! in child processes of their own (so each peak RSS is its own), with
+//! `auto_compaction` off and on, alternating for `CELLAR_BENCH_ROUNDS`
+//! rounds (default 2), and reports the ratio of the mean rates. Writes are the ingest
 //! bench's: 7-column rows, batches of 200, 16 in flight, fsync before ack.
 //! Write amplification = (WAL + flush + compaction bytes) / user bytes,
 //! where user bytes are the encoded primary key plus the value bytes of
@@ -68,6 +69,19 @@ impl RssSampler {
     }
 }
 
+/// CPU time the hypervisor gave to others while this machine wanted it
+/// (`steal` in `/proc/stat`), in seconds over all cores: how much of a
+/// run's time the VM's neighbours took.
+fn steal_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    stat.lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|ticks| ticks / 100.0)
+        .unwrap_or(f64::NAN)
+}
+
 /// Minor page faults of this process so far (`/proc/self/stat`, field 10).
 fn minor_faults() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -116,6 +130,7 @@ async fn child(rows: u64, compaction: bool) {
     let db = Database::open_with(dir.path(), opts).await.unwrap();
     let t = common::bench_table(&db).await;
     let rss = RssSampler::start();
+    let steal = steal_secs();
     let start = Instant::now();
     common::write_pipelined(&t, rows, common::row).await;
     let secs = start.elapsed().as_secs_f64();
@@ -125,7 +140,8 @@ async fn child(rows: u64, compaction: bool) {
     println!(
         "compaction {:<3}: {rows} rows in {secs:.1} s = {:.0} rows/s; peak RSS {:.0} MB; runs {} ({} segments), \
          {} compactions; write amp {:.2} (WAL {:.0} MB + flush {:.0} MB + compaction {:.0} MB over {:.0} MB user data); \
-         writer stall {:.1} s; sampled peaks: anonymous {:.0} MB, file-backed (mapped segments) {:.0} MB",
+         writer stall {:.1} s; sampled peaks: anonymous {:.0} MB, file-backed (mapped segments) {:.0} MB; \
+         CPU stolen by the VM's neighbours {:.1} s",
         if compaction { "on" } else { "off" },
         rows as f64 / secs,
         peak_rss_mb(),
@@ -140,6 +156,7 @@ async fn child(rows: u64, compaction: bool) {
         db.stall_micros() as f64 / 1e6,
         rss.peaks_mb().0,
         rss.peaks_mb().1,
+        steal_secs() - steal,
     );
     if compaction {
         let start = Instant::now();
@@ -195,14 +212,37 @@ fn main() {
         common::runtime().block_on(child(rows, mode == "on"));
         return;
     }
+    // CELLAR_BENCH_ROUNDS (default 2): off/on pairs run alternately, so
+    // that the machine's drift over the minutes of a run hits both modes.
+    let rounds: usize = std::env::var("CELLAR_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
     let exe = std::env::current_exe().unwrap();
-    for mode in ["off", "on"] {
-        let status = std::process::Command::new(&exe)
-            .arg(rows.to_string())
-            .arg(format!("--child={mode}"))
-            .arg("--bench")
-            .status()
-            .unwrap();
-        assert!(status.success(), "child {mode} failed");
+    let mut rate = [0.0f64; 2];
+    for _ in 0..rounds {
+        for (i, mode) in ["off", "on"].into_iter().enumerate() {
+            let out = std::process::Command::new(&exe)
+                .arg(rows.to_string())
+                .arg(format!("--child={mode}"))
+                .arg("--bench")
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            print!("{text}");
+            assert!(out.status.success(), "child {mode} failed");
+            rate[i] += text
+                .split_once(" rows/s")
+                .and_then(|(head, _)| head.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .expect("child prints its rows/s");
+        }
     }
+    println!(
+        "over {rounds} alternating rounds: off {:.0} rows/s, on {:.0} rows/s = {:.0}% of off",
+        rate[0] / rounds as f64,
+        rate[1] / rounds as f64,
+        100.0 * rate[1] / rate[0]
+    );
 }

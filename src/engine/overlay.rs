@@ -7,8 +7,9 @@
 //! 1% of them rewritten: 4.4x a plain Parquet scan). An [`Overlay`] does
 //! that work once per memtable state and segment:
 //! - each memtable key's position in the segment: the row it replaces, or
-//!   the row it goes before (found by one pass over the typed key columns
-//!   of the row groups whose key bounds hold a memtable key);
+//!   the row it goes before (found from the row groups' key bounds, then a
+//!   `__pk` page read per key in groups holding few of them, one pass over
+//!   the typed key columns of groups holding many);
 //! - each key's merged state, reduced to what a latest-version scan shows
 //!   (the newest version of every column, the newest timestamp of the row),
 //!   as one Arrow row per key in the segment layout.

@@ -136,19 +136,23 @@ impl RowGroupFile<'_> {
             .collect()
     }
 
-    /// The rows within `candidates` that hold `key` (a key's rows are
-    /// consecutive and keys ascend).
-    pub fn key_rows(&self, pk_leaf: usize, candidates: Range<usize>, key: &[u8]) -> Result<Option<Range<usize>>> {
+    /// Calls `f(row, key)` for the keys of `candidates` in order while it
+    /// returns true. Keys are decoded in small steps, so stopping early
+    /// saves decoding the rest: the delta-encoded `__pk` allocates per
+    /// decoded value.
+    fn scan_keys(
+        &self,
+        pk_leaf: usize,
+        candidates: Range<usize>,
+        mut f: impl FnMut(usize, &[u8]) -> bool,
+    ) -> Result<()> {
         if candidates.is_empty() {
-            return Ok(None);
+            return Ok(());
         }
         let mut reader = self.reader::<ByteArrayType>(pk_leaf, &candidates)?;
-        // Keys are decoded in small steps, stopping at the first one past
-        // `key`: the delta-encoded `__pk` allocates per decoded value.
         const STEP: usize = 32;
         let mut keys = Vec::with_capacity(STEP);
         let mut at = candidates.start;
-        let mut found: Option<Range<usize>> = None;
         while at < candidates.end {
             keys.clear();
             let (records, _, _) = reader
@@ -158,44 +162,42 @@ impl RowGroupFile<'_> {
                 break;
             }
             for (i, k) in keys.iter().enumerate() {
-                match k.data().cmp(key) {
-                    std::cmp::Ordering::Less => {}
-                    std::cmp::Ordering::Equal => {
-                        let row = at + i;
-                        found = Some(found.map_or(row..row + 1, |f| f.start..row + 1));
-                    }
-                    std::cmp::Ordering::Greater => return Ok(found),
+                if !f(at + i, k.data()) {
+                    return Ok(());
                 }
             }
             at += records;
         }
+        Ok(())
+    }
+
+    /// The rows within `candidates` that hold `key` (a key's rows are
+    /// consecutive and keys ascend).
+    pub fn key_rows(&self, pk_leaf: usize, candidates: Range<usize>, key: &[u8]) -> Result<Option<Range<usize>>> {
+        let mut found: Option<Range<usize>> = None;
+        self.scan_keys(pk_leaf, candidates, |row, k| match k.cmp(key) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Equal => {
+                found = Some(found.as_ref().map_or(row..row + 1, |f| f.start..row + 1));
+                true
+            }
+            std::cmp::Ordering::Greater => false,
+        })?;
         Ok(found)
     }
 
     /// The first row within `candidates` whose key is not below `key`, and
     /// whether it is `key`; `None` when every candidate is below it.
     pub fn key_position(&self, pk_leaf: usize, candidates: Range<usize>, key: &[u8]) -> Result<Option<(usize, bool)>> {
-        if candidates.is_empty() {
-            return Ok(None);
-        }
-        let mut reader = self.reader::<ByteArrayType>(pk_leaf, &candidates)?;
-        const STEP: usize = 32;
-        let mut keys = Vec::with_capacity(STEP);
-        let mut at = candidates.start;
-        while at < candidates.end {
-            keys.clear();
-            let (records, _, _) = reader
-                .read_records(STEP.min(candidates.end - at), None, None, &mut keys)
-                .map_err(|e| self.err(e))?;
-            if records == 0 {
-                break;
+        let mut at = None;
+        self.scan_keys(pk_leaf, candidates, |row, k| {
+            if k < key {
+                return true;
             }
-            if let Some(i) = keys.iter().position(|k| k.data() >= key) {
-                return Ok(Some((at + i, keys[i].data() == key)));
-            }
-            at += records;
-        }
-        Ok(None)
+            at = Some((row, k == key));
+            false
+        })?;
+        Ok(at)
     }
 
     /// The state of the key stored in `rows`; `columns`: the attribute
