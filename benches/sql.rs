@@ -169,6 +169,12 @@ fn main() {
             "{hot} rows rewritten into the memtable ({} bytes)",
             t.stats().memtable_bytes
         );
+        // CELLAR_BENCH_PAUSE=SECS: wait before the first query over the
+        // memtable (the one that builds the overlays), to attach a profiler.
+        if let Some(secs) = std::env::var("CELLAR_BENCH_PAUSE").ok().and_then(|v| v.parse().ok()) {
+            eprintln!("pausing {secs} s before the first memtable query");
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+        }
         let cellar = session_context(&db);
         compare(&cellar, &plain, "GROUP BY seller_id (1% in memtable)", GROUP_BY).await;
         compare(&cellar, &plain, "filtered aggregate (1% in memtable)", FILTERED).await;
