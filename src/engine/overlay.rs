@@ -274,14 +274,20 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
         return Ok((pos, found));
     }
     let md = seg.reader_metadata().await?.metadata().clone();
-    // The keys each row group's bounds hold; keys between groups go before
-    // the next group's first row (or after the last row).
-    let mut bounded = true;
-    let mut in_group: Vec<(usize, u64, std::ops::Range<usize>)> = Vec::new();
-    let mut start = 0u64;
-    let mut j = 0;
+    // First segment row of each row group.
+    let mut starts = Vec::with_capacity(md.num_row_groups());
+    let mut total = 0u64;
     for rg in 0..md.num_row_groups() {
-        let rows = md.row_group(rg).num_rows() as u64;
+        starts.push(total);
+        total += md.row_group(rg).num_rows() as u64;
+    }
+    // The keys each row group's bounds hold; keys between groups go before
+    // the next group's first row, keys past the last group after the last
+    // row.
+    let mut bounded = true;
+    let mut in_group: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+    let mut j = 0;
+    for (rg, &start) in starts.iter().enumerate() {
         let Some((lo, hi)) = seg.row_group_key_range(&md, rg) else {
             bounded = false;
             break;
@@ -295,20 +301,13 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
             j += 1;
         }
         if j > first {
-            in_group.push((rg, start, first..j));
+            in_group.push((rg, first..j));
         }
-        start += rows;
     }
-    let total = start;
     if !bounded {
         // No key statistics (not written by this version): every group is
         // read and every key placed by comparing rows.
-        in_group.clear();
-        let mut start = 0;
-        for rg in 0..md.num_row_groups() {
-            in_group.push((rg, start, 0..0));
-            start += md.row_group(rg).num_rows() as u64;
-        }
+        in_group = (0..md.num_row_groups()).map(|rg| (rg, 0..0)).collect();
         j = 0;
     }
     for p in &mut pos[j..] {
@@ -317,12 +316,12 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
     // Few keys in a group: one page read each.
     let mut spans = Vec::new();
     let mut streamed: Vec<usize> = Vec::new();
-    for (rg, gstart, ks) in &in_group {
+    for (rg, ks) in &in_group {
         if bounded && ks.len() <= POINT_KEYS_PER_GROUP {
             let mut placed = Vec::with_capacity(ks.len());
             for k in ks.clone() {
                 match seg.position_in_group(*rg, &keys[k]).await? {
-                    Some((row, hit)) => placed.push((k, gstart + row as u64, hit)),
+                    Some((row, hit)) => placed.push((k, starts[*rg] + row as u64, hit)),
                     None => break,
                 }
             }

@@ -23,7 +23,8 @@ use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuil
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
-use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use parquet::file::page_index::column_index::{ByteArrayColumnIndex, ColumnIndexMetaData};
+use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::statistics::Statistics;
 
 use super::Segment;
@@ -191,14 +192,9 @@ impl Segment {
 /// row group without a page index.
 fn first_page_reaching(md: &ParquetMetaData, rg: usize, key: &[u8]) -> Range<usize> {
     let total = md.row_group(rg).num_rows() as usize;
-    let index = match md.column_index().and_then(|c| c.get(rg)).and_then(|c| c.first()) {
-        Some(ColumnIndexMetaData::BYTE_ARRAY(index)) => index,
-        _ => return 0..total,
-    };
-    let Some(pages) = md.offset_index().and_then(|o| o.get(rg)).and_then(|o| o.first()) else {
+    let Some((index, pages)) = pk_page_index(md, rg) else {
         return 0..total;
     };
-    let pages = pages.page_locations();
     let i = partition(pages.len(), |i| index.max_value(i).is_some_and(|max| max < key));
     match pages.get(i) {
         Some(p) => p.first_row_index as usize..pages.get(i + 1).map_or(total, |n| n.first_row_index as usize),
@@ -549,18 +545,24 @@ fn row_group_overlaps(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> bool
     }
 }
 
+/// The page index of row group `rg`'s `__pk` column (leaf 0): per-page key
+/// bounds and page locations. `None` without one.
+fn pk_page_index(md: &ParquetMetaData, rg: usize) -> Option<(&ByteArrayColumnIndex, &[PageLocation])> {
+    let index = match md.column_index()?.get(rg)?.first()? {
+        ColumnIndexMetaData::BYTE_ARRAY(index) => index,
+        _ => return None,
+    };
+    let pages = md.offset_index()?.get(rg)?.first()?.page_locations();
+    Some((index, pages))
+}
+
 /// The rows of a row group whose `__pk` pages (sorted) can hold keys in
 /// `range`; the whole row group without a page index.
 fn selected_rows(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> Range<usize> {
     let total = md.row_group(rg).num_rows() as usize;
-    let index = match md.column_index().and_then(|c| c.get(rg)).and_then(|c| c.first()) {
-        Some(ColumnIndexMetaData::BYTE_ARRAY(index)) => index,
-        _ => return 0..total,
-    };
-    let Some(pages) = md.offset_index().and_then(|o| o.get(rg)).and_then(|o| o.first()) else {
+    let Some((index, pages)) = pk_page_index(md, rg) else {
         return 0..total;
     };
-    let pages = pages.page_locations();
     let n = pages.len();
     // Keys are sorted, so page bounds are too: the pages that overlap the
     // range are one run, found by two binary searches.
