@@ -4,6 +4,14 @@
 //! BatchWriteRow-sized batches of 200 with 16 batches in flight, default
 //! durability (fsync before acknowledging, group commit), memtable flushes
 //! running as they would. Prints rows/s and MB/s of WAL.
+//!
+//! Then the flush alone: `CELLAR_BENCH_FLUSH_ROWS` rows (default 1M, 0
+//! skips it) written into one memtable large enough to hold them (no
+//! fsync, no flush on the way), then flushed to a segment with
+//! `Table::flush`, timed. A flush folds every key's writes and encodes
+//! them as Parquet; under sustained ingest it is the largest CPU cost
+//! besides the WAL, so its rate bounds what the load can sustain on a
+//! small machine.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -37,6 +45,45 @@ fn main() {
             stats.flush_bytes as f64 / 1e6,
             wal_bytes as f64 / 1e6,
             db.stall_micros() as f64 / 1e6
+        );
+        drop(t);
+        db.close().await.unwrap();
+
+        let flush_rows: u64 = std::env::var("CELLAR_BENCH_FLUSH_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        if flush_rows == 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let opts = DbOptions {
+            durability: Durability::None,
+            memtable_bytes: 8 << 30,
+            write_buffer_bytes: 16 << 30,
+            auto_compaction: false,
+            ..Default::default()
+        };
+        let db = Database::open_with(dir.path(), opts).await.unwrap();
+        let t = common::bench_table(&db).await;
+        common::write_pipelined(&t, flush_rows, common::row).await;
+        let mut times = Vec::new();
+        // Three memtables of the same rows: the median flush is reported.
+        for round in 0..3 {
+            if round > 0 {
+                common::write_pipelined(&t, flush_rows, common::row).await;
+            }
+            let start = Instant::now();
+            t.flush().await.unwrap();
+            times.push(start.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "flush: {flush_rows} rows from one memtable in {:.0} ms = {:.0} rows/s (median of 3; {:.0}-{:.0} ms)",
+            times[1] * 1e3,
+            flush_rows as f64 / times[1],
+            times[0] * 1e3,
+            times[2] * 1e3
         );
         drop(t);
         db.close().await.unwrap();

@@ -63,22 +63,67 @@ pub(crate) fn decode_key(mut bytes: &[u8], types: &[PkType]) -> Result<Vec<PkVal
 }
 
 fn decode_value(bytes: &[u8], ty: PkType) -> Result<(PkValue, &[u8])> {
+    let (v, rest) = decode_value_ref(bytes, ty)?;
+    let v = match v {
+        PkRef::Integer(i) => PkValue::Integer(i),
+        PkRef::Bytes(b) if ty == PkType::String => PkValue::String(
+            String::from_utf8(b.into_owned()).map_err(|_| Error::corruption("primary key string is not UTF-8"))?,
+        ),
+        PkRef::Bytes(b) => PkValue::Binary(b.into_owned()),
+    };
+    Ok((v, rest))
+}
+
+/// One decoded PK column value, borrowing the encoded key where it can
+/// (a string or binary value without zero bytes needs no unescaping).
+pub(crate) enum PkRef<'a> {
+    Integer(i64),
+    /// A string's UTF-8 bytes (not validated here) or a binary value.
+    Bytes(std::borrow::Cow<'a, [u8]>),
+}
+
+/// Calls `f` with each column value of a full key, in PK order, without
+/// allocating for values that need no unescaping.
+pub(crate) fn for_each_value<'a>(
+    mut bytes: &'a [u8],
+    types: impl IntoIterator<Item = PkType>,
+    mut f: impl FnMut(PkRef<'a>) -> Result<()>,
+) -> Result<()> {
+    for ty in types {
+        let (v, rest) = decode_value_ref(bytes, ty)?;
+        f(v)?;
+        bytes = rest;
+    }
+    if !bytes.is_empty() {
+        return Err(Error::corruption("encoded primary key has trailing bytes"));
+    }
+    Ok(())
+}
+
+fn decode_value_ref(bytes: &[u8], ty: PkType) -> Result<(PkRef<'_>, &[u8])> {
+    let truncated = || Error::corruption("encoded primary key is truncated");
     match ty {
         PkType::Integer => {
-            if bytes.len() < 8 {
-                return Err(Error::corruption("encoded primary key is truncated"));
-            }
             let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[..8]);
+            b.copy_from_slice(bytes.get(..8).ok_or_else(truncated)?);
             let v = (u64::from_be_bytes(b) ^ (1 << 63)) as i64;
-            Ok((PkValue::Integer(v), &bytes[8..]))
+            Ok((PkRef::Integer(v), &bytes[8..]))
         }
         PkType::String | PkType::Binary => {
-            let mut out = Vec::new();
-            let mut i = 0;
+            // The first zero byte either ends the value (`00 01`) or starts
+            // an escaped zero (`00 FF`); only the latter needs a copy.
+            let z = bytes.iter().position(|&b| b == 0).ok_or_else(truncated)?;
+            match bytes.get(z + 1) {
+                Some(0x01) => return Ok((PkRef::Bytes(bytes[..z].into()), &bytes[z + 2..])),
+                Some(0xFF) => {}
+                None => return Err(truncated()),
+                _ => return Err(Error::corruption("bad escape in encoded primary key")),
+            }
+            let mut out = bytes[..z].to_vec();
+            let mut i = z;
             loop {
                 match bytes.get(i) {
-                    None => return Err(Error::corruption("encoded primary key is truncated")),
+                    None => return Err(truncated()),
                     Some(0) => match bytes.get(i + 1) {
                         Some(0xFF) => {
                             out.push(0);
@@ -88,6 +133,7 @@ fn decode_value(bytes: &[u8], ty: PkType) -> Result<(PkValue, &[u8])> {
                             i += 2;
                             break;
                         }
+                        None => return Err(truncated()),
                         _ => return Err(Error::corruption("bad escape in encoded primary key")),
                     },
                     Some(&b) => {
@@ -96,14 +142,7 @@ fn decode_value(bytes: &[u8], ty: PkType) -> Result<(PkValue, &[u8])> {
                     }
                 }
             }
-            let v = if ty == PkType::String {
-                PkValue::String(
-                    String::from_utf8(out).map_err(|_| Error::corruption("primary key string is not UTF-8"))?,
-                )
-            } else {
-                PkValue::Binary(out)
-            };
-            Ok((v, &bytes[i..]))
+            Ok((PkRef::Bytes(out.into()), &bytes[i..]))
         }
     }
 }
@@ -209,6 +248,45 @@ mod tests {
         let e = enc(&key);
         assert_eq!(decode_key(&e, &types).unwrap(), key);
         assert!(decode_key(&e[..e.len() - 1], &types).is_err());
+    }
+
+    #[test]
+    fn values_decode_by_reference_borrowing_unescaped_ones() {
+        use std::borrow::Cow;
+        let types = [PkType::String, PkType::Integer, PkType::Binary, PkType::String];
+        let key = vec![
+            PkValue::String("plain".into()),
+            PkValue::Integer(i64::MIN),
+            PkValue::Binary(vec![0, 1, 0xFF, 0]),
+            PkValue::String(String::new()),
+        ];
+        let e = enc(&key);
+        let mut got = Vec::new();
+        for_each_value(&e, types, |v| {
+            got.push(match v {
+                PkRef::Integer(i) => (None, Some(i)),
+                PkRef::Bytes(b) => (Some((matches!(b, Cow::Borrowed(_)), b.into_owned())), None),
+            });
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (Some((true, b"plain".to_vec())), None),
+                (None, Some(i64::MIN)),
+                (Some((false, vec![0, 1, 0xFF, 0])), None),
+                (Some((true, Vec::new())), None),
+            ]
+        );
+        // Every cut of the key is refused, never misread.
+        for cut in 0..e.len() {
+            assert!(for_each_value(&e[..cut], types, |_| Ok(())).is_err(), "cut at {cut}");
+        }
+        let mut longer = e.clone();
+        longer.push(7);
+        assert!(for_each_value(&longer, types, |_| Ok(())).is_err());
+        assert!(for_each_value(&[b'a', 0, 0x02], [PkType::String], |_| Ok(())).is_err());
     }
 
     #[test]

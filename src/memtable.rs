@@ -37,6 +37,18 @@ pub(crate) struct Memtable {
     overlays: parking_lot::Mutex<std::collections::HashMap<String, Arc<OverlaySlot>>>,
 }
 
+/// What a flush writes for one key (see [`Memtable::for_each_key`]).
+pub(crate) enum KeyWrites<'a> {
+    /// The key's newest write, a PutRow (cells as written).
+    Put {
+        seq: u64,
+        row_ts: Option<i64>,
+        cells: &'a [(String, i64, crate::types::Value)],
+    },
+    /// Every write of the key, folded.
+    Folded(&'a RowState),
+}
+
 /// One segment's overlay, built by one scan while the others wait for it.
 pub(crate) type OverlaySlot = tokio::sync::Mutex<Option<Arc<crate::engine::overlay::Overlay>>>;
 
@@ -244,14 +256,27 @@ impl Memtable {
             .collect()
     }
 
-    /// Calls `f` for every key in order with its folded state (a flush: no
-    /// snapshot limit), without copying the memtable.
-    pub fn for_each_folded(&self, mut f: impl FnMut(&[u8], &RowState) -> Result<()>) -> Result<()> {
+    /// Calls `f` for every key in order with what a flush writes for it (no
+    /// snapshot limit), without copying the memtable. A key whose newest
+    /// write is a PutRow is handed over as that write (it alone decides the
+    /// row); any other is folded into a [`RowState`].
+    pub fn for_each_key(&self, mut f: impl FnMut(&[u8], KeyWrites<'_>) -> Result<()>) -> Result<()> {
         let map = self.map.read();
         for (k, ops) in map.iter() {
+            if let Some((seq, Mutation::Put { row_ts, cells })) = ops.last() {
+                f(
+                    k,
+                    KeyWrites::Put {
+                        seq: *seq,
+                        row_ts: *row_ts,
+                        cells,
+                    },
+                )?;
+                continue;
+            }
             let mut st = RowState::default();
             apply_ops(ops, u64::MAX, &mut st);
-            f(k, &st)?;
+            f(k, KeyWrites::Folded(&st))?;
         }
         Ok(())
     }

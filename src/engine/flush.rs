@@ -53,7 +53,7 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>, flushe
             let (bytes, mut meta) = tokio::task::spawn_blocking(move || {
                 // Frozen: no more writes come, so fold straight from it.
                 let mut b = SegmentBuilder::new(&schema, mem2.columns(), opts, mem2.key_count())?;
-                mem2.for_each_folded(|k, st| b.push(k, st))?;
+                mem2.for_each_key(|k, w| b.push_writes(k, w))?;
                 b.finish(seq_range)
             })
             .await

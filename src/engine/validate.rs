@@ -60,11 +60,17 @@ pub(crate) fn to_mutation(
     let mutation = match w {
         RowWrite::Put(p) => {
             count_check(p.columns.len())?;
-            let mut cells = Vec::with_capacity(p.columns.len());
+            let mut cells: Vec<(String, i64, Value)> = Vec::with_capacity(p.columns.len());
             for c in p.columns {
                 let version = c.version.unwrap_or(now_ms);
                 check_cell(&c.name, Some(&c.value), Some(version))?;
                 cells.push((c.name, version, c.value));
+            }
+            // Stored by column name (the order segments use), so that a
+            // flush encodes the row straight from its cells. Stable: of two
+            // cells with the same name and version, the later still wins.
+            if !cells.is_sorted_by(|a, b| a.0 <= b.0) {
+                cells.sort_by(|a, b| a.0.cmp(&b.0));
             }
             let row_ts = cells.is_empty().then_some(now_ms);
             Mutation::Put { row_ts, cells }

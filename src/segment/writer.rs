@@ -17,9 +17,11 @@ use super::format::{self, ROW_DELETED, ROW_MERGE, ROW_REPLACE, TypeSet};
 use super::{SegmentMeta, hex_encode};
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::row::{ColumnState, RowState};
+use crate::key::{self, PkRef};
+use crate::memtable::KeyWrites;
+use crate::row::{ColumnState, Mutation, RowState};
 use crate::schema::TableSchema;
-use crate::types::{PkValue, Value};
+use crate::types::Value;
 
 /// Layout settings of new segments.
 #[derive(Debug, Clone, Copy)]
@@ -206,9 +208,33 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         Ok(())
     }
 
-    /// Adds the next key (greater than every key pushed before).
-    pub fn push(&mut self, key: &[u8], st: &RowState) -> Result<()> {
-        self.batch.push_key(&self.table, key, st)?;
+    /// Adds the next key (greater than every key pushed before) from a
+    /// memtable's writes. A PutRow whose columns
+    /// are sorted and distinct (the write path sorts them) is encoded
+    /// straight from its cells; anything else through a [`RowState`].
+    pub fn push_writes(&mut self, key: &[u8], writes: KeyWrites<'_>) -> Result<()> {
+        match writes {
+            KeyWrites::Put { seq, row_ts, cells } if cells.windows(2).all(|w| w[0].0 < w[1].0) => {
+                self.batch.push_put(&self.table, key, seq, row_ts, cells)?;
+            }
+            KeyWrites::Put { seq, row_ts, cells } => {
+                let mut st = RowState::default();
+                st.apply(
+                    seq,
+                    &Mutation::Put {
+                        row_ts,
+                        cells: cells.to_vec(),
+                    },
+                );
+                self.batch.push_key(&self.table, key, &st)?;
+            }
+            KeyWrites::Folded(st) => self.batch.push_key(&self.table, key, st)?,
+        }
+        self.pushed(key)
+    }
+
+    /// Bookkeeping after a key was added to the batch.
+    fn pushed(&mut self, key: &[u8]) -> Result<()> {
         if self.min_key.is_none() {
             self.min_key = Some(key.to_vec());
         }
@@ -391,37 +417,60 @@ impl AttrBuilder {
         }
     }
 
-    fn push(&mut self, cell: Option<&(i64, Value)>) {
+    /// Appends one cell (version, value), or null. Only the value builders
+    /// of types the column holds are written; the others are never output.
+    fn push(&mut self, cell: Option<(i64, &Value)>) {
+        let has = self.types;
         let Some((ts, value)) = cell else {
             self.ts.append_null();
-            self.i.append_null();
-            self.d.append_null();
-            self.s.append_null();
-            self.b.append_null();
-            self.t.append_null();
+            if has.has(1) {
+                self.i.append_null();
+            }
+            if has.has(2) {
+                self.d.append_null();
+            }
+            if has.has(4) {
+                self.s.append_null();
+            }
+            if has.has(8) {
+                self.b.append_null();
+            }
+            if has.has(16) {
+                self.t.append_null();
+            }
             return;
         };
-        self.ts.append_value(*ts);
+        self.ts.append_value(ts);
         self.counts[value.value_type().index()] += 1;
-        match value {
-            Value::Integer(x) => self.i.append_value(*x),
-            _ => self.i.append_null(),
+        if has.has(1) {
+            match value {
+                Value::Integer(x) => self.i.append_value(*x),
+                _ => self.i.append_null(),
+            }
         }
-        match value {
-            Value::Double(x) => self.d.append_value(*x),
-            _ => self.d.append_null(),
+        if has.has(2) {
+            match value {
+                Value::Double(x) => self.d.append_value(*x),
+                _ => self.d.append_null(),
+            }
         }
-        match value {
-            Value::String(x) => self.s.append_value(x),
-            _ => self.s.append_null(),
+        if has.has(4) {
+            match value {
+                Value::String(x) => self.s.append_value(x),
+                _ => self.s.append_null(),
+            }
         }
-        match value {
-            Value::Binary(x) => self.b.append_value(x),
-            _ => self.b.append_null(),
+        if has.has(8) {
+            match value {
+                Value::Binary(x) => self.b.append_value(x),
+                _ => self.b.append_null(),
+            }
         }
-        match value {
-            Value::Boolean(x) => self.t.append_value(*x),
-            _ => self.t.append_null(),
+        if has.has(16) {
+            match value {
+                Value::Boolean(x) => self.t.append_value(*x),
+                _ => self.t.append_null(),
+            }
         }
     }
 
@@ -442,6 +491,16 @@ impl AttrBuilder {
         let fields = format::struct_fields(self.types);
         Ok(Arc::new(StructArray::try_new(fields, children, None)?))
     }
+}
+
+/// What only a key's rank-0 row records.
+struct FirstRank<'a> {
+    /// Row marker version of a PK-only PutRow.
+    row_ts: Option<i64>,
+    /// Encoded column tombstones of a merge state.
+    tomb: Option<&'a [u8]>,
+    /// The newest version (or row marker) of the key.
+    max_ts: Option<i64>,
 }
 
 struct BatchBuilder {
@@ -490,7 +549,6 @@ impl BatchBuilder {
     }
 
     fn push_key(&mut self, table: &TableSchema, key: &[u8], st: &RowState) -> Result<()> {
-        let pk = table.decode_pk(key)?;
         let ranks = st.columns.values().map(|c| c.versions.len()).max().unwrap_or(0).max(1);
         let ranks = u16::try_from(ranks).map_err(|_| {
             Error::param(format!(
@@ -513,34 +571,14 @@ impl BatchBuilder {
             .filter_map(|c| c.versions.first().map(|(v, _)| *v))
             .chain(st.row_ts)
             .max();
-        if kind == ROW_DELETED || max_ts.is_none() {
-            self.dead_keys += 1;
-        }
-        self.newest_ts = self.newest_ts.max(max_ts.unwrap_or(i64::MIN));
+        self.count_key(kind, max_ts);
         for rank in 0..ranks {
-            self.pk.append_value(key);
-            for (b, (_, v)) in self.pk_cols.iter_mut().zip(&pk.columns) {
-                match (b, v) {
-                    (PkBuilder::Int(b), PkValue::Integer(x)) => b.append_value(*x),
-                    (PkBuilder::Str(b), PkValue::String(x)) => b.append_value(x),
-                    (PkBuilder::Bin(b), PkValue::Binary(x)) => b.append_value(x),
-                    _ => {
-                        return Err(Error::corruption("primary key does not match the table schema"));
-                    }
-                }
-            }
-            self.seq.append_value(st.seq);
-            self.rank.append_value(rank);
-            self.row.append_value(kind);
-            if rank == 0 {
-                self.row_ts.append_option(st.row_ts);
-                self.tomb.append_option(tomb.as_deref());
-                self.max_ts.append_option(max_ts);
-            } else {
-                self.row_ts.append_null();
-                self.tomb.append_null();
-                self.max_ts.append_null();
-            }
+            let first = (rank == 0).then_some(FirstRank {
+                row_ts: st.row_ts,
+                tomb: tomb.as_deref(),
+                max_ts,
+            });
+            self.push_head(table, key, st.seq, rank, kind, first)?;
             // Merge-join the key's columns (sorted) with the segment's (sorted).
             // A key may hold columns the segment has no Parquet column for
             // (tombstones only, kept in `__tomb`): skip past them.
@@ -552,13 +590,104 @@ impl BatchBuilder {
                 let cell = match cols.peek() {
                     Some((n, c)) if *n == name => {
                         let c: &ColumnState = c;
-                        c.versions.get(rank as usize)
+                        c.versions.get(rank as usize).map(|(v, value)| (*v, value))
                     }
                     _ => None,
                 };
                 attr.push(cell);
             }
             self.rows += 1;
+        }
+        Ok(())
+    }
+
+    /// Adds a key whose newest write is a PutRow with these cells (column
+    /// names strictly ascending): one row, as [`Self::push_key`] writes
+    /// the state that PutRow folds to, without building that state.
+    fn push_put(
+        &mut self,
+        table: &TableSchema,
+        key: &[u8],
+        seq: u64,
+        row_ts: Option<i64>,
+        cells: &[(String, i64, Value)],
+    ) -> Result<()> {
+        let kind = if cells.is_empty() && row_ts.is_none() {
+            ROW_DELETED
+        } else {
+            ROW_REPLACE
+        };
+        let max_ts = cells.iter().map(|(_, v, _)| *v).chain(row_ts).max();
+        self.count_key(kind, max_ts);
+        let first = FirstRank {
+            row_ts,
+            tomb: None,
+            max_ts,
+        };
+        self.push_head(table, key, seq, 0, kind, Some(first))?;
+        let mut cells = cells.iter().peekable();
+        for (name, attr) in self.names.iter().zip(self.attrs.iter_mut()) {
+            while cells.peek().is_some_and(|(n, _, _)| n.as_str() < name.as_str()) {
+                cells.next();
+            }
+            let cell = match cells.peek() {
+                Some((n, v, value)) if n == name => Some((*v, value)),
+                _ => None,
+            };
+            attr.push(cell);
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Counts a key for the segment's metadata.
+    fn count_key(&mut self, kind: u8, max_ts: Option<i64>) {
+        if kind == ROW_DELETED || max_ts.is_none() {
+            self.dead_keys += 1;
+        }
+        self.newest_ts = self.newest_ts.max(max_ts.unwrap_or(i64::MIN));
+    }
+
+    /// Appends the key and bookkeeping columns of one row; `first` holds
+    /// the row marker, tombstones and newest version of a key's rank-0
+    /// row (the other ranks leave them null).
+    fn push_head(
+        &mut self,
+        table: &TableSchema,
+        key: &[u8],
+        seq: u64,
+        rank: u16,
+        kind: u8,
+        first: Option<FirstRank<'_>>,
+    ) -> Result<()> {
+        self.pk.append_value(key);
+        let mut cols = self.pk_cols.iter_mut();
+        let mismatch = || Error::corruption("primary key does not match the table schema");
+        key::for_each_value(key, table.primary_key.iter().map(|c| c.pk_type), |v| {
+            match (cols.next(), v) {
+                (Some(PkBuilder::Int(b)), PkRef::Integer(x)) => b.append_value(x),
+                (Some(PkBuilder::Str(b)), PkRef::Bytes(x)) => b.append_value(
+                    std::str::from_utf8(&x).map_err(|_| Error::corruption("primary key string is not UTF-8"))?,
+                ),
+                (Some(PkBuilder::Bin(b)), PkRef::Bytes(x)) => b.append_value(x),
+                _ => return Err(mismatch()),
+            }
+            Ok(())
+        })?;
+        self.seq.append_value(seq);
+        self.rank.append_value(rank);
+        self.row.append_value(kind);
+        match first {
+            Some(FirstRank { row_ts, tomb, max_ts }) => {
+                self.row_ts.append_option(row_ts);
+                self.tomb.append_option(tomb);
+                self.max_ts.append_option(max_ts);
+            }
+            None => {
+                self.row_ts.append_null();
+                self.tomb.append_null();
+                self.max_ts.append_null();
+            }
         }
         Ok(())
     }
