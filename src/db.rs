@@ -171,6 +171,7 @@ impl Shared {
         // Most flushes leave nothing to do: spawn nothing then.
         let cutoff = table.options.read().ttl_cutoff_ms(self.options.clock.now_ms());
         let segs = table.state.read().segments.clone();
+        self.schedule_catch_up(&table, &segs);
         if compact::choose(&segs, compact::Pick::Auto, self.options.compaction_trigger_runs, cutoff).is_none()
             || table.compaction_queued.swap(true, Ordering::AcqRel)
         {
@@ -187,22 +188,64 @@ impl Shared {
                     // Cleared before each step: a flush finishing meanwhile
                     // queues another task instead of being missed.
                     table.compaction_queued.store(false, Ordering::Release);
-                    if shared.closed.load(Ordering::Acquire) || table.dropped.load(Ordering::Acquire) {
+                    if !shared.compact_step(&table, compact::Pick::Auto).await {
                         break;
-                    }
-                    match shared.compact(&table, compact::Pick::Auto).await {
-                        Ok(true) => *table.last_compaction_error.lock() = None,
-                        Ok(false) => break,
-                        Err(e) => {
-                            eprintln!("cellar: compaction of table '{}' failed: {e}", table.schema.name);
-                            *table.last_compaction_error.lock() = Some(e.to_string());
-                            break;
-                        }
                     }
                 }
             }
             shared.background_in_flight.fetch_sub(1, Ordering::AcqRel);
         });
+    }
+
+    /// Runs above `catch_up_runs` while a compaction of the table is under
+    /// way (a long merge of big runs): one more task merges the newest
+    /// runs beside it, outside `max_background_compactions`, until the
+    /// table is back under that count. Without it, flushes pile up runs
+    /// during the long merge until writers stall, and a core sits idle.
+    fn schedule_catch_up(&self, table: &Arc<TableInner>, segs: &[Arc<Segment>]) {
+        if table.compacting.lock().is_empty()
+            || compact::runs(segs).len() <= self.catch_up_runs()
+            || table.catch_up_running.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let Some(shared) = self.me.upgrade() else {
+            table.catch_up_running.store(false, Ordering::Release);
+            return;
+        };
+        shared.background_in_flight.fetch_add(1, Ordering::AcqRel);
+        let table = table.clone();
+        self.runtime.spawn(async move {
+            while shared.compact_step(&table, compact::Pick::CatchUp).await {}
+            table.catch_up_running.store(false, Ordering::Release);
+            shared.background_in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+
+    /// Run count past which a catch-up compaction may start: half the
+    /// stall limit, and at least twice the trigger.
+    fn catch_up_runs(&self) -> usize {
+        (self.options.compaction_stall_runs / 2).max(self.options.compaction_trigger_runs.max(2) * 2)
+    }
+
+    /// One background compaction step; false when the task should stop
+    /// (nothing to do, closing, or an error, which is recorded).
+    async fn compact_step(&self, table: &Arc<TableInner>, pick: compact::Pick) -> bool {
+        if self.closed.load(Ordering::Acquire) || table.dropped.load(Ordering::Acquire) {
+            return false;
+        }
+        match self.compact(table, pick).await {
+            Ok(true) => {
+                *table.last_compaction_error.lock() = None;
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                eprintln!("cellar: compaction of table '{}' failed: {e}", table.schema.name);
+                *table.last_compaction_error.lock() = Some(e.to_string());
+                false
+            }
+        }
     }
 
     pub(crate) async fn compact(&self, table: &Arc<TableInner>, pick: compact::Pick) -> Result<bool> {
@@ -211,6 +254,7 @@ impl Shared {
             now_ms: self.options.clock.now_ms(),
             output_bytes: self.options.compaction_segment_bytes,
             trigger_runs: self.options.compaction_trigger_runs,
+            catch_up_runs: self.catch_up_runs(),
             cancel: Some(self.closed.clone()),
         };
         compact::compact(table, pick, &p).await

@@ -57,6 +57,11 @@ pub(crate) enum Pick {
     Auto,
     /// The newest `n` runs (tests and tools).
     Newest(usize),
+    /// Runs after those a running automatic compaction merges, as `Auto`
+    /// would pick them, but only while the table has more than
+    /// `catch_up_runs` runs: a long merge then no longer lets the newest
+    /// runs pile up until writers stall.
+    CatchUp,
 }
 
 /// How one compaction is run.
@@ -67,6 +72,8 @@ pub(crate) struct CompactParams<'a> {
     pub output_bytes: usize,
     /// The automatic policy merges once a table has this many runs.
     pub trigger_runs: usize,
+    /// [`Pick::CatchUp`] merges only past this many runs.
+    pub catch_up_runs: usize,
     /// Set when the database closes: the compaction stops and cleans up.
     pub cancel: Option<Arc<AtomicBool>>,
 }
@@ -93,7 +100,7 @@ pub(crate) fn choose(segs: &[Arc<Segment>], pick: Pick, trigger_runs: usize, cut
     match pick {
         Pick::Full => Some(0..segs.len()),
         Pick::Newest(n) => (n >= 1).then(|| from_run(n.min(runs.len()))),
-        Pick::Auto => {
+        Pick::Auto | Pick::CatchUp => {
             // A segment whose every value has expired: a full merge drops
             // it (older sources may hold what its tombstones mask).
             if cutoff > i64::MIN
@@ -157,13 +164,45 @@ pub(crate) fn is_covered(intervals: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> bool {
 /// do, or the compaction was given up (cancelled, table dropped, options
 /// changed meanwhile) and left no trace.
 pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactParams<'_>) -> Result<bool> {
-    // One compaction per table at a time.
-    let _running = table.compaction.lock().await;
-    let segs = table.state.read().segments.clone();
+    // Manual picks wait for running compactions and exclude new ones;
+    // automatic ones may run two at a time, on different runs.
+    let manual = matches!(pick, Pick::Full | Pick::Newest(_));
+    let (_exclusive, _shared) = if manual {
+        (Some(table.compaction.write().await), None)
+    } else {
+        (None, Some(table.compaction.read().await))
+    };
     let options = *table.options.read();
     let cutoff = options.ttl_cutoff_ms(p.now_ms);
-    let Some(span) = choose(&segs, pick, p.trigger_runs, cutoff) else {
-        return Ok(false);
+    let (segs, span, _busy) = {
+        let mut busy = table.compacting.lock();
+        let segs = table.state.read().segments.clone();
+        // Runs a running compaction merges are not free, nor older ones
+        // (outputs replace inputs in place, so spans must stay apart).
+        let free = segs
+            .iter()
+            .rposition(|s| busy.contains(&s.meta.id))
+            .map_or(0, |i| i + 1);
+        let span = match pick {
+            Pick::Full | Pick::Newest(_) => choose(&segs, pick, p.trigger_runs, cutoff),
+            Pick::CatchUp if runs(&segs).len() <= p.catch_up_runs => None,
+            Pick::Auto | Pick::CatchUp => {
+                choose(&segs[free..], Pick::Auto, p.trigger_runs, cutoff).map(|r| r.start + free..r.end + free)
+            }
+        };
+        let Some(span) = span else {
+            return Ok(false);
+        };
+        let ids: Vec<u64> = segs[span.clone()].iter().map(|s| s.meta.id).collect();
+        busy.extend(ids.iter().copied());
+        (
+            segs,
+            span,
+            BusyIds {
+                table: table.clone(),
+                ids,
+            },
+        )
     };
     let inputs: Vec<Arc<Segment>> = segs[span.clone()].to_vec();
     let older = covered(&segs[..span.start]);
@@ -186,6 +225,22 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
         }
     }
     committed
+}
+
+/// Marks segments as being merged until dropped (after the commit, or on
+/// failure).
+struct BusyIds {
+    table: Arc<TableInner>,
+    ids: Vec<u64>,
+}
+
+impl Drop for BusyIds {
+    fn drop(&mut self) {
+        let mut busy = self.table.compacting.lock();
+        for id in &self.ids {
+            busy.remove(id);
+        }
+    }
 }
 
 /// Merges `inputs` into new segment files (listed in `outputs` as they are

@@ -6,6 +6,7 @@
 //! writes committed later are ignored; segments are immutable, and a flush
 //! or compaction swaps the list rather than changing it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -41,13 +42,22 @@ pub(crate) struct TableInner {
     pub stats: TableStats,
     pub last_flush_error: Mutex<Option<String>>,
     pub last_compaction_error: Mutex<Option<String>>,
-    /// Held by the running compaction of this table (one at a time).
-    pub compaction: tokio::sync::Mutex<()>,
+    /// Automatic compactions hold it shared, manual ones (`Full`,
+    /// `Newest`) exclusively: a manual compaction waits for the running
+    /// ones and sees every segment.
+    pub compaction: tokio::sync::RwLock<()>,
+    /// Ids of the segments running automatic compactions merge (their
+    /// inputs are always the newest runs when picked, so what is free is
+    /// the runs after the last busy segment).
+    pub compacting: Mutex<HashSet<u64>>,
     /// Held while frozen memtables are flushed (one flusher at a time; the
     /// manifest lock is taken only to reserve an id and to commit).
     pub flushing: tokio::sync::Mutex<()>,
     /// A background compaction task is queued or running for this table.
     pub compaction_queued: AtomicBool,
+    /// A catch-up compaction task (see `DbOptions::compaction_stall_runs`)
+    /// is running for this table.
+    pub catch_up_running: AtomicBool,
 }
 
 #[derive(Default)]
@@ -133,9 +143,11 @@ impl TableInner {
             stats,
             last_flush_error: Mutex::new(None),
             last_compaction_error: Mutex::new(None),
-            compaction: tokio::sync::Mutex::new(()),
+            compaction: tokio::sync::RwLock::new(()),
+            compacting: Mutex::new(HashSet::new()),
             flushing: tokio::sync::Mutex::new(()),
             compaction_queued: AtomicBool::new(false),
+            catch_up_running: AtomicBool::new(false),
         }
     }
 

@@ -299,6 +299,88 @@ fn walkdir(p: std::path::PathBuf) -> Vec<String> {
 /// Writes before the injected failure: each output is an upload start, its
 /// parts (one here) and a completion. 2: the first output's completion
 /// fails; 1: its part fails; 4: the second output's part fails.
+/// While a long compaction runs, flushes keep adding runs; past half the
+/// stall limit a second compaction merges the newest runs beside it, and
+/// both commit without losing or reviving anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_compaction_merges_new_runs_while_a_long_one_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let store = Arc::new(FailingStore::over(Arc::new(local)));
+    let opts = DbOptions {
+        compaction_trigger_runs: 2,
+        // Catch-up past max(8 / 2, 2 * 2) = 4 runs.
+        compaction_stall_runs: 8,
+        ..DbOptions::default().clock(clock.clone()).object_store(store.clone())
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    // The first compaction's output upload is held: it stays running
+    // (released on every way out, so that a failed check cannot leave the
+    // runtime waiting for it).
+    struct Release(Arc<FailingStore>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.release_upload();
+        }
+    }
+    let release = Release(store.clone());
+    store.hold_next_upload();
+    put_range(&t, 0..100, "r0").await;
+    t.flush().await.unwrap();
+    put_range(&t, 50..150, "r1").await;
+    t.flush().await.unwrap();
+    // Deleted in a run the held compaction does not merge (no later round
+    // writes these cards again).
+    for card in [10, 140] {
+        t.delete_row(DeleteRow::new(pk(card, "a"))).await.unwrap();
+    }
+    t.flush().await.unwrap();
+    for round in 2..6i64 {
+        put_range(&t, round * 20..round * 20 + 30, &format!("r{round}")).await;
+        t.flush().await.unwrap();
+    }
+    // 2 held runs + 5 new ones: the catch-up merges new ones and commits
+    // while the first compaction is still waiting.
+    wait_until("a catch-up compaction commits beside the held one", || {
+        t.stats().compactions >= 1
+    })
+    .await;
+    let s = t.stats();
+    assert!(s.runs < 7, "{s:?}");
+    let check = |rows: Vec<Row>| {
+        assert_eq!(rows.len(), 148, "every card of 0..150 but the deleted 10 and 140");
+        for r in &rows {
+            let card = match r.primary_key.get("card") {
+                Some(PkValue::Integer(c)) => *c,
+                other => panic!("card {other:?}"),
+            };
+            assert!(card != 10 && card != 140, "deleted card {card} is back");
+            // The newest round that wrote the card.
+            let newest = (2..6i64)
+                .rev()
+                .find(|r| (r * 20..r * 20 + 30).contains(&card))
+                .map(|r| format!("r{r}"))
+                .unwrap_or_else(|| if card >= 50 { "r1".into() } else { "r0".into() });
+            assert_eq!(r.latest("v"), Some(&Value::from(newest.as_str())), "card {card}");
+        }
+    };
+    check(scan_all(&t, GetRange::new()).await);
+    drop(release);
+    wait_until("the held compaction commits too", || {
+        let s = t.stats();
+        s.compactions >= 2 && s.runs <= 2
+    })
+    .await;
+    check(scan_all(&t, GetRange::new()).await);
+    t.compact().await.unwrap();
+    assert_eq!(t.stats().runs, 1);
+    check(scan_all(&t, GetRange::new()).await);
+    drop(t);
+    db.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_failing_midway_changes_nothing_and_the_next_one_succeeds() {
     for writes in [2, 1, 4] {

@@ -19,7 +19,8 @@ use crate::common::*;
 
 /// Delegates to a real store; while `fail_puts` is set every write fails,
 /// and once `puts_left` (when not negative) counts down to zero too. The
-/// parts and completion of a multipart upload count as writes.
+/// parts and completion of a multipart upload count as writes. An upload
+/// can also be held: its completion waits until released.
 #[derive(Debug)]
 pub struct FailingStore {
     inner: Arc<dyn object_store::ObjectStore>,
@@ -30,6 +31,10 @@ pub struct FailingStore {
 struct Faults {
     fail_puts: AtomicBool,
     puts_left: AtomicI64,
+    /// The next multipart upload started waits at its completion for a
+    /// permit of `release`.
+    hold_next_upload: AtomicBool,
+    release: tokio::sync::Semaphore,
 }
 
 impl FailingStore {
@@ -39,8 +44,20 @@ impl FailingStore {
             faults: Arc::new(Faults {
                 fail_puts: AtomicBool::new(false),
                 puts_left: AtomicI64::new(-1),
+                hold_next_upload: AtomicBool::new(false),
+                release: tokio::sync::Semaphore::new(0),
             }),
         }
+    }
+
+    /// The next multipart upload (a compaction output) completes only
+    /// after [`Self::release_upload`].
+    pub fn hold_next_upload(&self) {
+        self.faults.hold_next_upload.store(true, Ordering::SeqCst);
+    }
+
+    pub fn release_upload(&self) {
+        self.faults.release.add_permits(1);
     }
 
     /// The next `n` writes succeed, then every write fails.
@@ -90,6 +107,7 @@ impl Faults {
 struct FailingUpload {
     inner: Box<dyn MultipartUpload>,
     faults: Arc<Faults>,
+    held: bool,
 }
 
 #[async_trait::async_trait]
@@ -102,6 +120,9 @@ impl MultipartUpload for FailingUpload {
     }
 
     async fn complete(&mut self) -> object_store::Result<PutResult> {
+        if self.held {
+            self.faults.release.acquire().await.expect("never closed").forget();
+        }
         self.faults.check()?;
         self.inner.complete().await
     }
@@ -133,6 +154,7 @@ impl ObjectStore for FailingStore {
         Ok(Box::new(FailingUpload {
             inner,
             faults: self.faults.clone(),
+            held: self.faults.hold_next_upload.swap(false, Ordering::SeqCst),
         }))
     }
 
