@@ -365,6 +365,14 @@ fn writer_properties(
             b = b.set_column_dictionary_enabled(path, true);
         }
     }
+    // Versions, newest versions and sequence numbers: 8-byte integers
+    // that sit close together (writes of one period), as deltas.
+    for path in [ColumnPath::from(format::SEQ), ColumnPath::from(format::MAX_TS)]
+        .into_iter()
+        .chain(columns.iter().map(|(name, _)| ColumnPath::new(vec![name.clone(), format::TS.to_string()])))
+    {
+        b = b.set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+    }
     for (name, types) in columns {
         for child in ["s", "b"] {
             if types.has(if child == "s" { 4 } else { 8 }) {
