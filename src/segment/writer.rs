@@ -366,12 +366,21 @@ fn writer_properties(
         }
     }
     // Versions, newest versions and sequence numbers: 8-byte integers
-    // that sit close together (writes of one period), as deltas.
+    // that sit close together (writes of one period), as deltas. A delta
+    // page is decoded from its start, so its pages are cut at an eighth of
+    // `page_bytes`: about as many values as a plain page holds (at least a
+    // write batch), not the thousands 2 KiB of small deltas would hold.
     for path in [ColumnPath::from(format::SEQ), ColumnPath::from(format::MAX_TS)]
         .into_iter()
-        .chain(columns.iter().map(|(name, _)| ColumnPath::new(vec![name.clone(), format::TS.to_string()])))
+        .chain(
+            columns
+                .iter()
+                .map(|(name, _)| ColumnPath::new(vec![name.clone(), format::TS.to_string()])),
+        )
     {
-        b = b.set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+        b = b
+            .set_column_encoding(path.clone(), Encoding::DELTA_BINARY_PACKED)
+            .set_column_data_page_size_limit(path, (opts.page_bytes / 8).max(1));
     }
     for (name, types) in columns {
         for child in ["s", "b"] {
