@@ -209,9 +209,9 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     }
 
     /// Adds the next key (greater than every key pushed before) from a
-    /// memtable's writes. A PutRow whose columns
-    /// are sorted and distinct (the write path sorts them) is encoded
-    /// straight from its cells; anything else through a [`RowState`].
+    /// memtable's writes. A PutRow whose columns are sorted and distinct
+    /// (the write path sorts them) is encoded straight from its cells;
+    /// anything else through a [`RowState`].
     pub fn push_writes(&mut self, key: &[u8], writes: KeyWrites<'_>) -> Result<()> {
         match writes {
             KeyWrites::Put { seq, row_ts, cells } if cells.windows(2).all(|w| w[0].0 < w[1].0) => {
@@ -435,8 +435,9 @@ impl AttrBuilder {
     }
 
     /// Appends one cell (version, value), or null. Only the value builders
-    /// of types the column holds are written; the others are never output.
-    fn push(&mut self, cell: Option<(i64, &Value)>) {
+    /// of types the column holds are written; the others are never output,
+    /// so a value of another type is refused rather than lost.
+    fn push(&mut self, cell: Option<(i64, &Value)>) -> Result<()> {
         let has = self.types;
         let Some((ts, value)) = cell else {
             self.ts.append_null();
@@ -455,10 +456,17 @@ impl AttrBuilder {
             if has.has(16) {
                 self.t.append_null();
             }
-            return;
+            return Ok(());
         };
+        let index = value.value_type().index();
+        if !has.has(1 << index) {
+            return Err(Error::corruption(format!(
+                "a {} value does not fit the segment layout of its column",
+                value.value_type()
+            )));
+        }
         self.ts.append_value(ts);
-        self.counts[value.value_type().index()] += 1;
+        self.counts[index] += 1;
         if has.has(1) {
             match value {
                 Value::Integer(x) => self.i.append_value(*x),
@@ -489,6 +497,7 @@ impl AttrBuilder {
                 _ => self.t.append_null(),
             }
         }
+        Ok(())
     }
 
     fn finish(&mut self) -> Result<ArrayRef> {
@@ -611,7 +620,7 @@ impl BatchBuilder {
                     }
                     _ => None,
                 };
-                attr.push(cell);
+                attr.push(cell)?;
             }
             self.rows += 1;
         }
@@ -651,7 +660,7 @@ impl BatchBuilder {
                 Some((n, v, value)) if n == name => Some((*v, value)),
                 _ => None,
             };
-            attr.push(cell);
+            attr.push(cell)?;
         }
         self.rows += 1;
         Ok(())
