@@ -95,14 +95,7 @@ impl CommitHost for Shared {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        let Some(shared) = self.me.upgrade() else {
-            return;
-        };
-        shared.background_in_flight.fetch_add(1, Ordering::AcqRel);
-        self.runtime.spawn(async move {
-            shared.flush_now(&table).await;
-            shared.background_in_flight.fetch_sub(1, Ordering::AcqRel);
-        });
+        self.spawn_background(|shared| async move { shared.flush_now(&table).await });
     }
 
     fn memtable_bytes(&self) -> usize {
@@ -177,12 +170,8 @@ impl Shared {
         {
             return;
         }
-        let Some(shared) = self.me.upgrade() else {
-            table.compaction_queued.store(false, Ordering::Release);
-            return;
-        };
-        shared.background_in_flight.fetch_add(1, Ordering::AcqRel);
-        self.runtime.spawn(async move {
+        let queued = table.clone();
+        let spawned = self.spawn_background(|shared| async move {
             if let Ok(_slot) = shared.compaction_slots.acquire().await {
                 loop {
                     // Cleared before each step: a flush finishing meanwhile
@@ -193,8 +182,10 @@ impl Shared {
                     }
                 }
             }
-            shared.background_in_flight.fetch_sub(1, Ordering::AcqRel);
         });
+        if !spawned {
+            queued.compaction_queued.store(false, Ordering::Release);
+        }
     }
 
     /// Runs above `catch_up_runs` while a compaction of the table is under
@@ -209,17 +200,32 @@ impl Shared {
         {
             return;
         }
-        let Some(shared) = self.me.upgrade() else {
+        let t = table.clone();
+        let spawned = self.spawn_background(|shared| async move {
+            while shared.compact_step(&t, compact::Pick::CatchUp).await {}
+            t.catch_up_running.store(false, Ordering::Release);
+        });
+        if !spawned {
             table.catch_up_running.store(false, Ordering::Release);
-            return;
+        }
+    }
+
+    /// Runs `task` on the runtime, counted in `background_in_flight` (a
+    /// close waits for it). False when the database is going away.
+    fn spawn_background<F, Fut>(&self, task: F) -> bool
+    where
+        F: FnOnce(Arc<Shared>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let Some(shared) = self.me.upgrade() else {
+            return false;
         };
         shared.background_in_flight.fetch_add(1, Ordering::AcqRel);
-        let table = table.clone();
         self.runtime.spawn(async move {
-            while shared.compact_step(&table, compact::Pick::CatchUp).await {}
-            table.catch_up_running.store(false, Ordering::Release);
+            task(shared.clone()).await;
             shared.background_in_flight.fetch_sub(1, Ordering::AcqRel);
         });
+        true
     }
 
     /// Run count past which a catch-up compaction may start: half the

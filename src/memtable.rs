@@ -152,38 +152,26 @@ impl Memtable {
         snapshot: u64,
         max_keys: usize,
     ) -> Vec<(Vec<u8>, RowState)> {
+        if !backward {
+            // Every key with a write by the snapshot changed after 0.
+            return self.states_changed(range, resume, 0, snapshot, max_keys);
+        }
         let map = self.map.read();
         let mut out = Vec::new();
-        let mut take = |k: &Vec<u8>, ops: &Ops| {
+        let hi = match (resume, &range.hi) {
+            (Some(r), _) => Bound::Excluded(r),
+            (None, Some(h)) => Bound::Excluded(h.as_slice()),
+            (None, None) => Bound::Unbounded,
+        };
+        let lo = Bound::Included(range.lo.as_slice());
+        if !bounds_ordered(lo, hi) {
+            return out;
+        }
+        for (k, ops) in map.range::<[u8], _>((lo, hi)).rev() {
             let mut st = RowState::default();
             if apply_ops(ops, snapshot, &mut st) {
                 out.push((k.clone(), st));
-            }
-            out.len() < max_keys
-        };
-        let hi = match &range.hi {
-            Some(h) => Bound::Excluded(h.as_slice()),
-            None => Bound::Unbounded,
-        };
-        if backward {
-            let hi = match resume {
-                Some(r) => Bound::Excluded(r),
-                None => hi,
-            };
-            if !bounds_ordered(Bound::Included(range.lo.as_slice()), hi) {
-                return out;
-            }
-            for (k, ops) in map.range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi)).rev() {
-                if !take(k, ops) {
-                    break;
-                }
-            }
-        } else {
-            let Some(bounds) = range_bounds(range, resume) else {
-                return out;
-            };
-            for (k, ops) in map.range::<[u8], _>(bounds) {
-                if !take(k, ops) {
+                if out.len() == max_keys {
                     break;
                 }
             }
