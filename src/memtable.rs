@@ -49,6 +49,26 @@ pub(crate) enum KeyWrites<'a> {
     Folded(&'a RowState),
 }
 
+impl KeyWrites<'_> {
+    /// The writes folded into an owned state.
+    pub fn to_state(&self) -> RowState {
+        match self {
+            KeyWrites::Put { seq, row_ts, cells } => {
+                let mut st = RowState::default();
+                st.apply(
+                    *seq,
+                    &Mutation::Put {
+                        row_ts: *row_ts,
+                        cells: cells.to_vec(),
+                    },
+                );
+                st
+            }
+            KeyWrites::Folded(st) => (*st).clone(),
+        }
+    }
+}
+
 /// One segment's overlay, built by one scan while the others wait for it.
 pub(crate) type OverlaySlot = tokio::sync::Mutex<Option<Arc<crate::engine::overlay::Overlay>>>;
 
@@ -249,24 +269,53 @@ impl Memtable {
     /// write is a PutRow is handed over as that write (it alone decides the
     /// row); any other is folded into a [`RowState`].
     pub fn for_each_key(&self, mut f: impl FnMut(&[u8], KeyWrites<'_>) -> Result<()>) -> Result<()> {
+        self.for_each_changed(&KeyRange::all(), None, 0, u64::MAX, |k, w| f(k, w).map(|()| true))
+            .map(|_| ())
+    }
+
+    /// [`Memtable::for_each_key`] over the keys [`Memtable::keys_changed`]
+    /// lists, strictly after `resume` when given, with their writes up to
+    /// `snapshot`. `f` returns false to stop after the key it was given;
+    /// returns that key (`None` when every key was visited). The memtable
+    /// is read-locked while `f` runs, so callers stop now and then to let
+    /// writers in.
+    pub fn for_each_changed(
+        &self,
+        range: &KeyRange,
+        resume: Option<&[u8]>,
+        after: u64,
+        snapshot: u64,
+        mut f: impl FnMut(&[u8], KeyWrites<'_>) -> Result<bool>,
+    ) -> Result<Option<Vec<u8>>> {
         let map = self.map.read();
-        for (k, ops) in map.iter() {
-            if let Some((seq, Mutation::Put { row_ts, cells })) = ops.last() {
-                f(
+        let Some(bounds) = range_bounds(range, resume) else {
+            return Ok(None);
+        };
+        for (k, ops) in map.range::<[u8], _>(bounds) {
+            if !changed(ops, after, snapshot) {
+                continue;
+            }
+            let visible = &ops[..ops.partition_point(|(s, _)| *s <= snapshot)];
+            let go_on = match visible.last() {
+                Some((seq, Mutation::Put { row_ts, cells })) => f(
                     k,
                     KeyWrites::Put {
                         seq: *seq,
                         row_ts: *row_ts,
                         cells,
                     },
-                )?;
-                continue;
+                )?,
+                _ => {
+                    let mut st = RowState::default();
+                    apply_ops(ops, snapshot, &mut st);
+                    f(k, KeyWrites::Folded(&st))?
+                }
+            };
+            if !go_on {
+                return Ok(Some(k.clone()));
             }
-            let mut st = RowState::default();
-            apply_ops(ops, u64::MAX, &mut st);
-            f(k, KeyWrites::Folded(&st))?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// True when some key lies in `[lo, hi]` (inclusive; any sequence).

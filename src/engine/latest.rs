@@ -642,6 +642,38 @@ pub(crate) enum TypedKey<'a> {
     B(&'a arrow::array::BinaryArray),
 }
 
+impl<'a> TypedKey<'a> {
+    /// The column `a` of a segment batch as key column type `t`.
+    pub fn new(a: &'a ArrayRef, t: crate::types::PkType, path: &str) -> Result<Self> {
+        let corrupt = |what: &str| Error::corruption(format!("segment {path}: {what}"));
+        Ok(match t {
+            crate::types::PkType::Integer => TypedKey::I(
+                a.as_primitive_opt::<Int64Type>()
+                    .ok_or_else(|| corrupt("an integer key column is not Int64"))?,
+            ),
+            crate::types::PkType::String => TypedKey::S(
+                a.as_string_view_opt()
+                    .ok_or_else(|| corrupt("a string key column is not a string"))?,
+            ),
+            crate::types::PkType::Binary => TypedKey::B(
+                a.as_binary_opt::<i32>()
+                    .ok_or_else(|| corrupt("a binary key column is not binary"))?,
+            ),
+        })
+    }
+
+    /// Row `r`'s value compared with `v` (a value of another type compares
+    /// equal: the schema fixes each column's type).
+    pub fn row_vs(&self, r: usize, v: &PkValue) -> std::cmp::Ordering {
+        match (self, v) {
+            (TypedKey::I(a), PkValue::Integer(x)) => a.value(r).cmp(x),
+            (TypedKey::S(a), PkValue::String(s)) => a.value(r).as_bytes().cmp(s.as_bytes()),
+            (TypedKey::B(a), PkValue::Binary(b)) => a.value(r).cmp(b.as_slice()),
+            _ => std::cmp::Ordering::Equal,
+        }
+    }
+}
+
 /// How a batch's rows compare with a memtable key: by `__pk` when it is
 /// read, else column by column on the typed key columns (the same order).
 pub(crate) enum RowKeys<'a> {
@@ -652,26 +684,12 @@ pub(crate) enum RowKeys<'a> {
 impl<'a> RowKeys<'a> {
     /// The typed key columns of a segment batch.
     pub fn typed(batch: &'a RecordBatch, schema: &crate::schema::TableSchema, path: &str) -> Result<Self> {
-        let corrupt = |what: &str| Error::corruption(format!("segment {path}: {what}"));
         let mut typed = Vec::new();
         for c in &schema.primary_key {
             let a = batch
                 .column_by_name(&c.name)
-                .ok_or_else(|| corrupt("missing a primary-key column"))?;
-            typed.push(match c.pk_type {
-                crate::types::PkType::Integer => TypedKey::I(
-                    a.as_primitive_opt::<Int64Type>()
-                        .ok_or_else(|| corrupt("an integer key column is not Int64"))?,
-                ),
-                crate::types::PkType::String => TypedKey::S(
-                    a.as_string_view_opt()
-                        .ok_or_else(|| corrupt("a string key column is not a string"))?,
-                ),
-                crate::types::PkType::Binary => TypedKey::B(
-                    a.as_binary_opt::<i32>()
-                        .ok_or_else(|| corrupt("a binary key column is not binary"))?,
-                ),
-            });
+                .ok_or_else(|| Error::corruption(format!("segment {path}: missing a primary-key column")))?;
+            typed.push(TypedKey::new(a, c.pk_type, path)?);
         }
         Ok(RowKeys::Typed(typed))
     }
@@ -686,23 +704,14 @@ impl<'a> RowKeys<'a> {
 
     /// Row `r` compared with the key (`dec`: its decoded values).
     pub fn row_vs(&self, r: usize, key: &[u8], dec: &[PkValue]) -> std::cmp::Ordering {
-        use std::cmp::Ordering;
         match self {
             RowKeys::Encoded(pk) => pk.value(r).cmp(key),
-            RowKeys::Typed(cols) => {
-                for (c, v) in cols.iter().zip(dec) {
-                    let o = match (c, v) {
-                        (TypedKey::I(a), PkValue::Integer(x)) => a.value(r).cmp(x),
-                        (TypedKey::S(a), PkValue::String(s)) => a.value(r).as_bytes().cmp(s.as_bytes()),
-                        (TypedKey::B(a), PkValue::Binary(b)) => a.value(r).cmp(b.as_slice()),
-                        _ => Ordering::Equal,
-                    };
-                    if o != Ordering::Equal {
-                        return o;
-                    }
-                }
-                Ordering::Equal
-            }
+            RowKeys::Typed(cols) => cols
+                .iter()
+                .zip(dec)
+                .map(|(c, v)| c.row_vs(r, v))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal),
         }
     }
 }
@@ -762,16 +771,26 @@ async fn overlay_for(
         return Ok(None);
     }
     let slot = mem.overlay_slot(&seg.meta.path);
-    let mut held = slot.lock().await;
+    let worth_building = piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows;
+    let mut held = match slot.try_lock() {
+        Ok(held) => held,
+        // Another partition is building it. A piece too small to build one
+        // for does not wait (it merges the memtable keys itself): it would
+        // serialise this partition's other segments behind that build.
+        Err(_) if !worth_building => return Ok(None),
+        Err(_) => slot.lock().await,
+    };
     if let Some(ov) = held.as_ref()
         && ov.built_at == at
     {
         return Ok(Some(ov.clone()));
     }
-    if piece_rows.saturating_mul(OVERLAY_MIN_SHARE) < seg.meta.num_rows {
+    if !worth_building {
         return Ok(None);
     }
-    let (ov, extended) = Overlay::build(&cx.table, mem, seg, at, held.as_deref()).await?;
+    let Some((ov, extended)) = Overlay::build(&cx.table, mem, seg, at, held.as_deref()).await? else {
+        return Ok(None);
+    };
     let stats = &cx.table.stats;
     let counter = if extended {
         &stats.overlay_extensions
@@ -781,6 +800,12 @@ async fn overlay_for(
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let ov = Arc::new(ov);
     *held = Some(ov.clone());
+    drop(held);
+    // A partition that waited for this overlay was woken onto this worker
+    // thread (tokio's LIFO slot, which other workers do not steal from),
+    // where it would sit until this scan next yields. Yield once: it runs,
+    // and this scan goes back to the queue that an idle worker takes from.
+    tokio::task::yield_now().await;
     Ok(Some(ov))
 }
 

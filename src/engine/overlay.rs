@@ -30,14 +30,14 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{Field, Schema};
 use futures::StreamExt;
 
-use super::latest::{BATCH_ROWS, RowKeys};
+use super::latest::{BATCH_ROWS, TypedKey};
 use super::table::TableInner;
 use crate::error::{Error, Result};
 use crate::key::{KeyRange, key_successor};
-use crate::memtable::Memtable;
+use crate::memtable::{KeyWrites, Memtable};
 use crate::row::RowState;
 use crate::segment::format::{self, TypeSet};
-use crate::segment::{RowSpan, Segment};
+use crate::segment::{RowEncoder, RowSpan, Segment, partition};
 
 /// Keys folded and encoded per step while building (bounds the memory a
 /// build holds besides the overlay itself).
@@ -71,14 +71,15 @@ impl Overlay {
     /// (keys never leave a memtable and segment rows never move). That
     /// holds while the attribute columns are the same; when a write
     /// brought a new column or value type, it is built whole. Returns
-    /// whether `base` was extended.
+    /// whether `base` was extended; `None` when the segment has no key
+    /// statistics to place keys with.
     pub async fn build(
         table: &TableInner,
         mem: &Memtable,
         seg: &Arc<Segment>,
         at: u64,
         base: Option<&Overlay>,
-    ) -> Result<(Overlay, bool)> {
+    ) -> Result<Option<(Overlay, bool)>> {
         let range = KeyRange {
             lo: seg.min_key.clone(),
             hi: Some(key_successor(&seg.max_key)),
@@ -104,7 +105,9 @@ impl Overlay {
             .filter(|(_, i)| i.is_none())
             .map(|(k, _)| k.clone())
             .collect();
-        let (fresh_pos, fresh_found) = locate(table, seg, &fresh).await?;
+        let Some((fresh_pos, fresh_found)) = locate(table, seg, &fresh).await? else {
+            return Ok(None);
+        };
         let (mut pos, mut found) = (Vec::with_capacity(keys.len()), Vec::with_capacity(keys.len()));
         let mut f = 0;
         for i in &in_base {
@@ -121,43 +124,65 @@ impl Overlay {
             }
         }
         let schema = format::arrow_schema(&table.schema, &columns);
+        let mut enc = RowEncoder::new(&table.schema, &columns);
         let mut batches = Vec::new();
         let mut resume: Option<Vec<u8>> = None;
         let mut i = 0;
         let changed = || Error::corruption("memtable keys changed while an overlay was built for a scan");
         loop {
-            let chunk = mem.states_changed(&range, resume.as_deref(), after, at, BUILD_CHUNK);
-            let done = chunk.len() < BUILD_CHUNK;
-            resume = chunk.last().map(|(k, _)| k.clone());
-            let mut states = Vec::with_capacity(chunk.len());
-            for (key, mut st) in chunk {
-                if keys.get(i) != Some(&key) {
+            // A pass encodes up to BUILD_CHUNK keys under the memtable's
+            // read lock. A PutRow is encoded from its cells (it alone
+            // decides the row); an UpdateRow over a stored row ends the
+            // pass, as that row is read (async) to merge it under.
+            let mut merge: Option<RowState> = None;
+            let mut in_pass = 0;
+            let stopped = mem.for_each_changed(&range, resume.as_deref(), after, at, |key, writes| {
+                if keys.get(i).map(Vec::as_slice) != Some(key) {
                     return Err(changed());
                 }
-                if !st.replace
-                    && found[i]
-                    && let Some(older) = seg.get(&key, None).await?
-                {
-                    st = st.merge_over(older);
+                let put = match writes {
+                    KeyWrites::Put { seq, row_ts, cells } => enc.push_put(key, seq, row_ts, cells)?,
+                    KeyWrites::Folded(_) => false,
+                };
+                if !put {
+                    let mut st = writes.to_state();
+                    if !st.replace && found[i] {
+                        merge = Some(st);
+                        return Ok(false);
+                    }
+                    newest_only(&mut st);
+                    enc.push_state(key, &st)?;
                 }
+                i += 1;
+                in_pass += 1;
+                Ok(in_pass < BUILD_CHUNK)
+            })?;
+            if let Some(st) = merge {
+                let key = &keys[i];
+                let mut st = match seg.get(key, None).await? {
+                    Some(older) => st.merge_over(older),
+                    None => st,
+                };
                 newest_only(&mut st);
-                states.push((key, st));
+                enc.push_state(key, &st)?;
                 i += 1;
             }
-            batches.push(crate::segment::encode_states(
-                &table.schema,
-                &columns,
-                &schema,
-                &states,
-            )?);
-            if done {
-                break;
+            if enc.rows() >= BUILD_CHUNK || stopped.is_none() {
+                batches.push(scan_rows(&enc.finish(&schema)?)?);
+            }
+            match stopped {
+                Some(key) => resume = Some(key),
+                None => break,
             }
         }
         if i != keys.len() {
             return Err(changed());
         }
-        let rows = scan_rows(&concat_batches(&schema, &batches)?)?;
+        // The last pass always leaves a batch, possibly empty.
+        let rows = match batches.as_slice() {
+            [one] => one.clone(),
+            all => concat_batches(&all[0].schema(), all)?,
+        };
         let Some(base) = base else {
             let ov = Overlay {
                 built_at: at,
@@ -167,7 +192,7 @@ impl Overlay {
                 found,
                 rows,
             };
-            return Ok((ov, false));
+            return Ok(Some((ov, false)));
         };
         // Every key of either, ascending; a key written since takes its new
         // position and row.
@@ -212,7 +237,7 @@ impl Overlay {
             *j += 1;
         }
         merged.rows = arrow::compute::interleave_record_batch(&[&base.rows, &rows], &take)?;
-        Ok((merged, true))
+        Ok(Some((merged, true)))
     }
 
     /// The index range of the keys in `range`.
@@ -256,41 +281,44 @@ fn newest_only(st: &mut RowState) {
 }
 
 /// Row groups holding at most this many keys place them by reading one
-/// `__pk` page per key (~20 us each) rather than decoding the group's key
-/// columns (~1 ms for 16k rows): after a few writes spread over the table,
-/// an extension then reads a page per new key instead of every group.
+/// `__pk` page per key (~20 us each) rather than reading the group's key
+/// columns: after a few writes spread over the table, an extension then
+/// reads a page per new key instead of every group.
 const POINT_KEYS_PER_GROUP: usize = 16;
 
-/// Each key's position in the segment (see [`Overlay::pos`]). A key is
-/// placed by the key bounds of the row groups when it lies between two of
-/// them; in a group's bounds, by a `__pk` page read per key when the group
-/// holds few keys (on a local disk), else by one pass over the typed key
-/// columns of such groups.
-async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Result<(Vec<u64>, Vec<bool>)> {
+/// Each key's position in the segment (see [`Overlay::pos`]); `None` when
+/// the segment's row groups have no key statistics (then a scan compares
+/// keys row by row instead).
+///
+/// A key is placed by the key bounds of the row groups when it lies
+/// between two of them. In a group's bounds, it is placed by a `__pk` page
+/// read per key when the group holds few keys (on a local disk), else by
+/// narrowing: each key starts with the rows of the `__pk` page that holds
+/// the first row at or past it (from the page index, unread; a key below
+/// that page's smallest key is placed before it right away), and one
+/// primary-key column after another is read for the rows some key still
+/// could be, each key keeping the rows whose value equals its own (sorted
+/// within the rows that agree on the columns before). A key with no such
+/// row goes before the first greater one. So only the pages near memtable
+/// keys are read, a column at a time, instead of every key column of
+/// every row of their groups.
+async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Result<Option<(Vec<u64>, Vec<bool>)>> {
     let n = keys.len();
     let mut pos = vec![0u64; n];
     let mut found = vec![false; n];
     if n == 0 {
-        return Ok((pos, found));
+        return Ok(Some((pos, found)));
     }
     let md = seg.reader_metadata().await?.metadata().clone();
-    // First segment row of each row group.
-    let mut starts = Vec::with_capacity(md.num_row_groups());
-    let mut total = 0u64;
-    for rg in 0..md.num_row_groups() {
-        starts.push(total);
-        total += md.row_group(rg).num_rows() as u64;
-    }
     // The keys each row group's bounds hold; keys between groups go before
     // the next group's first row, keys past the last group after the last
     // row.
-    let mut bounded = true;
-    let mut in_group: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+    let mut in_group: Vec<(usize, u64, std::ops::Range<usize>)> = Vec::new();
+    let mut start = 0u64;
     let mut j = 0;
-    for (rg, &start) in starts.iter().enumerate() {
+    for rg in 0..md.num_row_groups() {
         let Some((lo, hi)) = seg.row_group_key_range(&md, rg) else {
-            bounded = false;
-            break;
+            return Ok(None);
         };
         while j < n && keys[j].as_slice() < lo {
             pos[j] = start;
@@ -301,27 +329,22 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
             j += 1;
         }
         if j > first {
-            in_group.push((rg, first..j));
+            in_group.push((rg, start, first..j));
         }
-    }
-    if !bounded {
-        // No key statistics (not written by this version): every group is
-        // read and every key placed by comparing rows.
-        in_group = (0..md.num_row_groups()).map(|rg| (rg, 0..0)).collect();
-        j = 0;
+        start += md.row_group(rg).num_rows() as u64;
     }
     for p in &mut pos[j..] {
-        *p = total;
+        *p = start;
     }
-    // Few keys in a group: one page read each.
-    let mut spans = Vec::new();
-    let mut streamed: Vec<usize> = Vec::new();
-    for (rg, ks) in &in_group {
-        if bounded && ks.len() <= POINT_KEYS_PER_GROUP {
+    // Few keys in a group: one page read each. Else the keys narrow down
+    // from their `__pk` pages' rows.
+    let mut open: Vec<Candidates> = Vec::new();
+    for (rg, first_row, ks) in in_group {
+        if ks.len() <= POINT_KEYS_PER_GROUP {
             let mut placed = Vec::with_capacity(ks.len());
             for k in ks.clone() {
-                match seg.position_in_group(*rg, &keys[k]).await? {
-                    Some((row, hit)) => placed.push((k, starts[*rg] + row as u64, hit)),
+                match seg.position_in_group(rg, &keys[k]).await? {
+                    Some((row, hit)) => placed.push((k, first_row + row as u64, hit)),
                     None => break,
                 }
             }
@@ -333,66 +356,139 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
                 continue;
             }
         }
-        spans.push(RowSpan {
-            row_group: *rg,
-            rows: 0..md.row_group(*rg).num_rows() as usize,
-            inside: true,
-        });
-        streamed.extend(ks.clone());
-    }
-    if !bounded {
-        streamed = (0..n).collect();
-    }
-    if spans.is_empty() {
-        return Ok((pos, found));
-    }
-    let pk_types = table.schema.pk_types();
-    let leaves: Vec<usize> = seg
-        .leaf_paths()
-        .await?
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.len() == 1 && table.schema.is_pk_column(&p[0]))
-        .map(|(i, _)| i)
-        .collect();
-    // The streamed groups' keys, ascending, each placed in the first batch
-    // run whose last row is not below it (keys past every streamed row, only
-    // possible without key statistics, stay after the last row).
-    let mut cursor = RowCursor::new(&md, &spans);
-    let mut stream = seg.stream_rows(&spans, leaves, BATCH_ROWS).await?;
-    let mut j = 0;
-    while let Some(batch) = stream.next().await {
-        let batch = batch.map_err(|e| Error::io(format!("read segment {}", seg.meta.path), e))?;
-        let rows = RowKeys::typed(&batch, &table.schema, &seg.meta.path)?;
-        for (b0, g0, len) in cursor.advance(batch.num_rows()) {
-            let mut from = b0;
-            let last = b0 + len - 1;
-            while j < streamed.len() {
-                let k = streamed[j];
-                let dec = crate::key::decode_key(&keys[k], &pk_types)?;
-                if rows.row_vs(last, &keys[k], &dec) == std::cmp::Ordering::Less {
-                    break;
-                }
-                let (mut lo, mut hi) = (from, b0 + len);
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if rows.row_vs(mid, &keys[k], &dec) == std::cmp::Ordering::Less {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                pos[k] = g0 + (lo - b0) as u64;
-                found[k] = rows.row_vs(lo, &keys[k], &dec) == std::cmp::Ordering::Equal;
-                from = lo;
-                j += 1;
+        for key in ks {
+            let rows = seg.key_page_rows(&md, rg, &keys[key]);
+            let rows = first_row + rows.start as u64..first_row + rows.end as u64;
+            if rows.is_empty() {
+                pos[key] = rows.start;
+            } else {
+                open.push(Candidates {
+                    key,
+                    values: Vec::new(),
+                    rows,
+                    row_group: (rg, first_row),
+                });
             }
         }
     }
-    for &k in &streamed[j..] {
-        pos[k] = total;
+    if open.is_empty() {
+        return Ok(Some((pos, found)));
     }
-    Ok((pos, found))
+    let pk = &table.schema.primary_key;
+    let pk_types = table.schema.pk_types();
+    for cand in &mut open {
+        cand.values = crate::key::decode_key(&keys[cand.key], &pk_types)?;
+    }
+    let paths = seg.leaf_paths().await?;
+    let path = &seg.meta.path;
+    for (c, col) in pk.iter().enumerate() {
+        if open.is_empty() {
+            break;
+        }
+        let last = c + 1 == pk.len();
+        let leaf = paths
+            .iter()
+            .position(|p| p.len() == 1 && p[0] == col.name)
+            .ok_or_else(|| Error::corruption(format!("segment {path}: no primary-key column '{}'", col.name)))?;
+        // The rows some key could still be: each key's rows, merged.
+        let mut runs: Vec<(std::ops::Range<u64>, (usize, u64))> = Vec::new();
+        for o in &open {
+            match runs.last_mut() {
+                Some((r, g)) if *g == o.row_group && o.rows.start <= r.end => r.end = r.end.max(o.rows.end),
+                _ => runs.push((o.rows.clone(), o.row_group)),
+            }
+        }
+        let spans: Vec<RowSpan> = runs
+            .iter()
+            .map(|(r, (rg, first_row))| RowSpan {
+                row_group: *rg,
+                rows: (r.start - first_row) as usize..(r.end - first_row) as usize,
+                inside: true,
+            })
+            .collect();
+        let mut values = RunReader {
+            stream: seg.stream_rows(&spans, vec![leaf], BATCH_ROWS).await?,
+            held: Vec::new(),
+            rows: 0,
+            path,
+        };
+        let mut pending = std::mem::take(&mut open).into_iter().peekable();
+        for (run, _) in &runs {
+            let array = values.take((run.end - run.start) as usize).await?;
+            let column = TypedKey::new(&array, col.pk_type, path)?;
+            while let Some(cand) = pending.next_if(|o| o.rows.start < run.end) {
+                let v = &cand.values[c];
+                let (a, b) = (
+                    (cand.rows.start - run.start) as usize,
+                    (cand.rows.end - run.start) as usize,
+                );
+                let lo = a + partition(b - a, |r| column.row_vs(a + r, v).is_lt());
+                let hi = lo + partition(b - lo, |r| column.row_vs(lo + r, v).is_le());
+                if lo == hi || last {
+                    pos[cand.key] = run.start + lo as u64;
+                    found[cand.key] = lo < hi;
+                } else {
+                    let rows = run.start + lo as u64..run.start + hi as u64;
+                    open.push(Candidates { rows, ..cand });
+                }
+            }
+        }
+        if pending.next().is_some() {
+            return Err(Error::corruption(format!("segment {path}: key rows ended early")));
+        }
+    }
+    Ok(Some((pos, found)))
+}
+
+/// A key being placed, with the segment rows it still could be.
+struct Candidates {
+    /// Index into the keys being placed.
+    key: usize,
+    /// The key's primary-key values.
+    values: Vec<crate::types::PkValue>,
+    /// Segment rows (within one row group) that agree with the key on the
+    /// columns compared so far.
+    rows: std::ops::Range<u64>,
+    /// That row group and its first segment row.
+    row_group: (usize, u64),
+}
+
+/// A one-column stream of segment rows handed out in runs of given
+/// lengths, each as one array (sliced from a batch, or concatenated when
+/// a run spans batches).
+struct RunReader<'p> {
+    stream: crate::segment::SegmentBatchStream,
+    /// Rows read but not handed out yet.
+    held: Vec<ArrayRef>,
+    rows: usize,
+    path: &'p str,
+}
+
+impl RunReader<'_> {
+    async fn take(&mut self, n: usize) -> Result<ArrayRef> {
+        while self.rows < n {
+            let Some(batch) = self.stream.next().await else {
+                return Err(Error::corruption(format!(
+                    "segment {}: fewer rows than its row groups list",
+                    self.path
+                )));
+            };
+            let batch = batch.map_err(|e| Error::io(format!("read segment {}", self.path), e))?;
+            self.rows += batch.num_rows();
+            self.held.push(batch.column(0).clone());
+        }
+        let all = match self.held.as_slice() {
+            [one] => one.clone(),
+            many => arrow::compute::concat(&many.iter().map(|a| a.as_ref()).collect::<Vec<_>>())?,
+        };
+        let rest = all.len() - n;
+        self.held.clear();
+        if rest > 0 {
+            self.held.push(all.slice(n, rest));
+        }
+        self.rows = rest;
+        Ok(all.slice(0, n))
+    }
 }
 
 /// Maps the rows a stream over some [`RowSpan`]s returns to segment rows

@@ -10,8 +10,9 @@ mod point;
 mod reader;
 mod writer;
 
+pub(crate) use point::partition;
 pub(crate) use reader::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch, view_type};
-pub(crate) use writer::{SegmentBuilder, SegmentWriteOptions, encode_states};
+pub(crate) use writer::{RowEncoder, SegmentBuilder, SegmentWriteOptions, encode_states};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -174,7 +174,7 @@ impl Segment {
         };
         let meta = self.reader_metadata().await?;
         let md = meta.metadata();
-        let rows = first_page_reaching(md, rg, key);
+        let (_, rows) = first_page_reaching(md, rg, key);
         let group = RowGroupFile {
             file: Arc::new(Bytes::from_owner(MappedRange(file.clone(), 0..file.len()))),
             md,
@@ -187,18 +187,40 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// The rows of row group `rg` (whose key bounds hold `key`) that can
+    /// hold `key`, found from the `__pk` page index without reading a
+    /// page: the rows of the page where the first row at or past `key` is.
+    /// Empty, at that page's first row, when `key` is below the page's
+    /// smallest key (it goes before that row). The whole row group without
+    /// a page index.
+    pub fn key_page_rows(&self, md: &ParquetMetaData, rg: usize, key: &[u8]) -> Range<usize> {
+        let (page, rows) = first_page_reaching(md, rg, key);
+        let below = page.is_some_and(|(index, i)| index.min_value(i).is_some_and(|min| key < min));
+        if below { rows.start..rows.start } else { rows }
+    }
+}
+
 /// The rows of row group `rg`'s first `__pk` page whose largest key is not
-/// below `key`: that page holds the first row at or past `key`. The whole
-/// row group without a page index.
-fn first_page_reaching(md: &ParquetMetaData, rg: usize, key: &[u8]) -> Range<usize> {
+/// below `key`: that page holds the first row at or past `key`; with the
+/// page index and the page's number in it. The whole row group without a
+/// page index.
+fn first_page_reaching<'m>(
+    md: &'m ParquetMetaData,
+    rg: usize,
+    key: &[u8],
+) -> (Option<(&'m ByteArrayColumnIndex, usize)>, Range<usize>) {
     let total = md.row_group(rg).num_rows() as usize;
     let Some((index, pages)) = pk_page_index(md, rg) else {
-        return 0..total;
+        return (None, 0..total);
     };
     let i = partition(pages.len(), |i| index.max_value(i).is_some_and(|max| max < key));
     match pages.get(i) {
-        Some(p) => p.first_row_index as usize..pages.get(i + 1).map_or(total, |n| n.first_row_index as usize),
-        None => total..total,
+        Some(p) => (
+            Some((index, i)),
+            p.first_row_index as usize..pages.get(i + 1).map_or(total, |n| n.first_row_index as usize),
+        ),
+        None => (None, total..total),
     }
 }
 
@@ -301,7 +323,8 @@ impl Segment {
     }
 
     /// Streams the given rows with only the given leaf columns, strings
-    /// as `Utf8View`.
+    /// as `Utf8View`. Spans are in row-group order; several may share a
+    /// row group, with ascending rows that do not overlap.
     pub async fn stream_rows(
         self: &Arc<Self>,
         spans: &[RowSpan],
@@ -311,19 +334,35 @@ impl Segment {
         let meta = self.view_metadata().await?.clone();
         let md = meta.metadata().clone();
         let mask = ProjectionMask::leaves(md.file_metadata().schema_descr(), leaves);
+        // Consecutive spans may share a row group (ascending, disjoint rows).
         let mut selectors = Vec::new();
+        let mut groups: Vec<usize> = Vec::new();
+        let mut at = 0;
+        let rows_of = |rg: usize| md.row_group(rg).num_rows() as usize;
         for s in spans {
-            let total = md.row_group(s.row_group).num_rows() as usize;
-            if s.rows.start > 0 {
-                selectors.push(RowSelector::skip(s.rows.start));
+            if groups.last() != Some(&s.row_group) {
+                if let Some(&prev) = groups.last() {
+                    selectors.push(RowSelector::skip(rows_of(prev) - at));
+                }
+                groups.push(s.row_group);
+                at = 0;
             }
+            if s.rows.start < at || s.rows.end > rows_of(s.row_group) {
+                return Err(Error::corruption(format!(
+                    "segment {}: rows {:?} of row group {} read out of order",
+                    self.meta.path, s.rows, s.row_group
+                )));
+            }
+            selectors.push(RowSelector::skip(s.rows.start - at));
             selectors.push(RowSelector::select(s.rows.end - s.rows.start));
-            if s.rows.end < total {
-                selectors.push(RowSelector::skip(total - s.rows.end));
-            }
+            at = s.rows.end;
         }
+        if let Some(&last) = groups.last() {
+            selectors.push(RowSelector::skip(rows_of(last) - at));
+        }
+        selectors.retain(|s| s.row_count > 0);
         ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(true), meta)
-            .with_row_groups(spans.iter().map(|s| s.row_group).collect())
+            .with_row_groups(groups)
             .with_projection(mask)
             .with_row_selection(RowSelection::from(selectors))
             .with_batch_size(batch_rows)

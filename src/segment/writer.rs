@@ -19,7 +19,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::key::{self, PkRef};
 use crate::memtable::KeyWrites;
-use crate::row::{ColumnState, Mutation, RowState};
+use crate::row::{ColumnState, RowState};
 use crate::schema::TableSchema;
 use crate::types::Value;
 
@@ -214,20 +214,10 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     /// anything else through a [`RowState`].
     pub fn push_writes(&mut self, key: &[u8], writes: KeyWrites<'_>) -> Result<()> {
         match writes {
-            KeyWrites::Put { seq, row_ts, cells } if cells.windows(2).all(|w| w[0].0 < w[1].0) => {
+            KeyWrites::Put { seq, row_ts, cells } if distinct_ascending(cells) => {
                 self.batch.push_put(&self.table, key, seq, row_ts, cells)?;
             }
-            KeyWrites::Put { seq, row_ts, cells } => {
-                let mut st = RowState::default();
-                st.apply(
-                    seq,
-                    &Mutation::Put {
-                        row_ts,
-                        cells: cells.to_vec(),
-                    },
-                );
-                self.batch.push_key(&self.table, key, &st)?;
-            }
+            put @ KeyWrites::Put { .. } => self.batch.push_key(&self.table, key, &put.to_state())?,
             KeyWrites::Folded(st) => self.batch.push_key(&self.table, key, st)?,
         }
         self.pushed(key)
@@ -310,11 +300,67 @@ pub(crate) fn encode_states(
     schema: &Arc<Schema>,
     states: &[(Vec<u8>, RowState)],
 ) -> Result<RecordBatch> {
-    let mut b = BatchBuilder::new(table, columns);
+    let mut b = RowEncoder::new(table, columns);
     for (key, st) in states {
-        b.push_key(table, key, st)?;
+        b.push_state(key, st)?;
     }
     b.finish(schema)
+}
+
+/// True when a PutRow's cells name each column once, in ascending order
+/// (the write path sorts them): the row then encodes straight from them.
+fn distinct_ascending(cells: &[(String, i64, Value)]) -> bool {
+    cells.windows(2).all(|w| w[0].0 < w[1].0)
+}
+
+/// Rows of the segment layout built in memory rather than in a file (the
+/// merge's folded keys, scan overlays), keys ascending.
+pub(crate) struct RowEncoder<'t> {
+    table: &'t TableSchema,
+    batch: BatchBuilder,
+}
+
+impl<'t> RowEncoder<'t> {
+    pub fn new(table: &'t TableSchema, columns: &[(String, TypeSet)]) -> Self {
+        RowEncoder {
+            table,
+            batch: BatchBuilder::new(table, columns),
+        }
+    }
+
+    /// Rows added since the last [`RowEncoder::finish`].
+    pub fn rows(&self) -> usize {
+        self.batch.rows
+    }
+
+    /// Adds a key's row from its folded state.
+    pub fn push_state(&mut self, key: &[u8], st: &RowState) -> Result<()> {
+        self.batch.push_key(self.table, key, st)
+    }
+
+    /// Adds a key's row from a PutRow when its cells name each column once
+    /// in ascending order (one version each: the row is then exactly what
+    /// folding the write would give); returns false, adding nothing,
+    /// otherwise.
+    pub fn push_put(
+        &mut self,
+        key: &[u8],
+        seq: u64,
+        row_ts: Option<i64>,
+        cells: &[(String, i64, Value)],
+    ) -> Result<bool> {
+        if !distinct_ascending(cells) {
+            return Ok(false);
+        }
+        self.batch.push_put(self.table, key, seq, row_ts, cells)?;
+        Ok(true)
+    }
+
+    /// The rows added so far, as one batch of `schema` (the layout's
+    /// [`format::arrow_schema`]); the encoder starts over empty.
+    pub fn finish(&mut self, schema: &Arc<Schema>) -> Result<RecordBatch> {
+        self.batch.finish(schema)
+    }
 }
 
 /// Dictionary pages are read whole by every read of a column chunk, even a

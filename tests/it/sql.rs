@@ -539,6 +539,14 @@ async fn overlay_check(sess: &SqlSession, t: &Table, what: &str) {
 /// `rows` rows `(i, "o")` with `x = i`, `s = "v{i:05}"`, compacted into one
 /// segment of 64-row groups (pages of 16 rows).
 async fn grouped_table(rows: i64) -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
+    grouped_table_of((0..rows).map(|i| (i, "o".to_string()))).await
+}
+
+/// Rows `(card, order)` (ascending) with `x = card`, `s = "v{card:05}"`,
+/// compacted into one segment of 64-row groups (pages of 16 rows).
+async fn grouped_table_of(
+    keys: impl Iterator<Item = (i64, String)>,
+) -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let opts = DbOptions {
@@ -548,9 +556,9 @@ async fn grouped_table(rows: i64) -> (tempfile::TempDir, Arc<ManualClock>, Datab
     };
     let db = Database::open_with(dir.path(), opts).await.unwrap();
     let t = crate::common::card_order_table(&db, TableOptions::default()).await;
-    let writes: Vec<RowWrite> = (0..rows)
-        .map(|i| {
-            PutRow::new(pk(i, "o"))
+    let writes: Vec<RowWrite> = keys
+        .map(|(i, order)| {
+            PutRow::new(pk(i, &order))
                 .column("x", i)
                 .column("s", format!("v{i:05}"))
                 .into()
@@ -564,6 +572,52 @@ async fn grouped_table(rows: i64) -> (tempfile::TempDir, Arc<ManualClock>, Datab
     t.compact().await.unwrap();
     assert_eq!(t.stats().segments, 1);
     (dir, clock, db, t)
+}
+
+/// Dense memtable keys placed by narrowing column by column: many orders
+/// per card, keys on stored rows, between them, before and after a card's
+/// rows, in cards the segment lacks; PutRows, UpdateRows merged over their
+/// stored row, DeleteRows; more keys than an overlay build encodes at a
+/// time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memtable_overlays_place_dense_keys_by_narrowing() {
+    // Cards 0, 3, 6, ... with orders o000, o002, ... o038: 20 rows a card.
+    let stored = (0..300i64)
+        .filter(|c| c % 3 == 0)
+        .flat_map(|c| (0..20).map(move |o| (c, format!("o{:03}", 2 * o))));
+    let (_dir, _clock, db, t) = grouped_table_of(stored).await;
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut writes: Vec<RowWrite> = Vec::new();
+    for c in -2..305i64 {
+        for o in -1..42 {
+            if rng.random_range(0..10) > 3 {
+                continue;
+            }
+            let order = match o {
+                -1 => "a".to_string(),
+                41 => "z".to_string(),
+                o => format!("o{o:03}"),
+            };
+            let k = pk(c, &order);
+            writes.push(match rng.random_range(0..4) {
+                0 => PutRow::new(k).column("x", rng.random_range(0..5000i64)).into(),
+                1 => UpdateRow::new(k).put("x", rng.random_range(0..5000i64)).into(),
+                2 => UpdateRow::new(k).delete_all("s").into(),
+                _ => DeleteRow::new(k).into(),
+            });
+        }
+    }
+    assert!(writes.len() > 5000, "{} writes", writes.len());
+    for chunk in writes.chunks(1000) {
+        for r in t.write_batch(chunk.to_vec()).await.unwrap() {
+            r.unwrap();
+        }
+    }
+    let sess = SqlSession::new(db.clone());
+    overlay_check(&sess, &t, "dense keys").await;
+    assert_eq!(t.stats().scan_overlay_builds, 1);
+    drop(sess);
+    db.close().await.unwrap();
 }
 
 /// Sparse memtable keys: between two row groups (placed from the next
