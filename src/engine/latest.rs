@@ -761,7 +761,7 @@ const OVERLAY_MIN_SHARE: u64 = 4;
 /// (or worth building) for the scan's snapshot.
 async fn overlay_for(
     cx: &ScanCtx,
-    mem: &Memtable,
+    mem: &Arc<Memtable>,
     seg: &Arc<Segment>,
     piece_rows: u64,
 ) -> Result<Option<Arc<Overlay>>> {
@@ -772,13 +772,13 @@ async fn overlay_for(
     }
     let slot = mem.overlay_slot(&seg.meta.path);
     let worth_building = piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows;
-    let mut held = match slot.try_lock() {
+    let mut held = match slot.clone().try_lock_owned() {
         Ok(held) => held,
         // Another partition is building it. A piece too small to build one
         // for does not wait (it merges the memtable keys itself): it would
         // serialise this partition's other segments behind that build.
         Err(_) if !worth_building => return Ok(None),
-        Err(_) => slot.lock().await,
+        Err(_) => slot.lock_owned().await,
     };
     if let Some(ov) = held.as_ref()
         && ov.built_at == at
@@ -788,25 +788,33 @@ async fn overlay_for(
     if !worth_building {
         return Ok(None);
     }
-    let Some((ov, extended)) = Overlay::build(&cx.table, mem, seg, at, held.as_deref()).await? else {
-        return Ok(None);
-    };
-    let stats = &cx.table.stats;
-    let counter = if extended {
-        &stats.overlay_extensions
-    } else {
-        &stats.overlay_builds
-    };
-    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let ov = Arc::new(ov);
-    *held = Some(ov.clone());
-    drop(held);
-    // A partition that waited for this overlay was woken onto this worker
-    // thread (tokio's LIFO slot, which other workers do not steal from),
-    // where it would sit until this scan next yields. Yield once: it runs,
-    // and this scan goes back to the queue that an idle worker takes from.
-    tokio::task::yield_now().await;
-    Ok(Some(ov))
+    // Built on a task of its own, which also releases the slot. The
+    // partitions waiting for the overlay are then woken from that task, so
+    // an idle worker thread can pick one up; woken from this scan's task,
+    // a waiter would go to this thread's LIFO slot (which other workers do
+    // not steal from) and wait there until this scan next yields, running
+    // the partitions one after another.
+    let (table, mem, seg) = (cx.table.clone(), mem.clone(), seg.clone());
+    let build = tokio::spawn(async move {
+        let Some((ov, extended)) = Overlay::build(&table, &mem, &seg, at, held.as_deref()).await? else {
+            return Ok(None);
+        };
+        let counter = if extended {
+            &table.stats.overlay_extensions
+        } else {
+            &table.stats.overlay_builds
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ov = Arc::new(ov);
+        *held = Some(ov.clone());
+        Ok(Some(ov))
+    });
+    build.await.map_err(|e| {
+        Error::new(
+            crate::error::ErrorKind::Closed,
+            format!("the task building a memtable overlay for a scan stopped: {e}"),
+        )
+    })?
 }
 
 impl OverlayRows {
