@@ -185,9 +185,7 @@ impl Segment {
             group.key_position(0, rows.clone(), key)?.unwrap_or((rows.end, false)),
         ))
     }
-}
 
-impl Segment {
     /// The rows of row group `rg` (whose key bounds hold `key`) that can
     /// hold `key`, found from the `__pk` page index without reading a
     /// page: the rows of the page where the first row at or past `key` is.
