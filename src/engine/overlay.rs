@@ -280,20 +280,13 @@ fn newest_only(st: &mut RowState) {
     }
 }
 
-/// Row groups holding at most this many keys place them by reading one
-/// `__pk` page per key (~20 us each) rather than reading the group's key
-/// columns: after a few writes spread over the table, an extension then
-/// reads a page per new key instead of every group.
-const POINT_KEYS_PER_GROUP: usize = 16;
-
 /// Each key's position in the segment (see [`Overlay::pos`]); `None` when
 /// the segment's row groups have no key statistics (then a scan compares
 /// keys row by row instead).
 ///
 /// A key is placed by the key bounds of the row groups when it lies
-/// between two of them. In a group's bounds, it is placed by a `__pk` page
-/// read per key when the group holds few keys (on a local disk), else by
-/// narrowing: each key starts with the rows of the `__pk` page that holds
+/// between two of them. In a group's bounds, it is placed by narrowing:
+/// each key starts with the rows of the `__pk` page that holds
 /// the first row at or past it (from the page index, unread; a key below
 /// that page's smallest key is placed before it right away), and one
 /// primary-key column after another is read for the rows some key still
@@ -336,26 +329,9 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
     for p in &mut pos[j..] {
         *p = start;
     }
-    // Few keys in a group: one page read each. Else the keys narrow down
-    // from their `__pk` pages' rows.
+    // Each key starts with the rows of its `__pk` page.
     let mut open: Vec<Candidates> = Vec::new();
     for (rg, first_row, ks) in in_group {
-        if ks.len() <= POINT_KEYS_PER_GROUP {
-            let mut placed = Vec::with_capacity(ks.len());
-            for k in ks.clone() {
-                match seg.position_in_group(rg, &keys[k]).await? {
-                    Some((row, hit)) => placed.push((k, first_row + row as u64, hit)),
-                    None => break,
-                }
-            }
-            if placed.len() == ks.len() {
-                for (k, p, hit) in placed {
-                    pos[k] = p;
-                    found[k] = hit;
-                }
-                continue;
-            }
-        }
         for key in ks {
             let rows = seg.key_page_rows(&md, rg, &keys[key]);
             let rows = first_row + rows.start as u64..first_row + rows.end as u64;

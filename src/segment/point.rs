@@ -186,20 +186,6 @@ impl RowGroupFile<'_> {
         Ok(found)
     }
 
-    /// The first row within `candidates` whose key is not below `key`, and
-    /// whether it is `key`; `None` when every candidate is below it.
-    pub fn key_position(&self, pk_leaf: usize, candidates: Range<usize>, key: &[u8]) -> Result<Option<(usize, bool)>> {
-        let mut at = None;
-        self.scan_keys(pk_leaf, candidates, |row, k| {
-            if k < key {
-                return true;
-            }
-            at = Some((row, k == key));
-            false
-        })?;
-        Ok(at)
-    }
-
     /// The state of the key stored in `rows`; `columns`: the attribute
     /// columns to read (`None`: all).
     pub fn key_state(&self, rows: Range<usize>, columns: Option<&[String]>) -> Result<RowState> {

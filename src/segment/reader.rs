@@ -164,28 +164,6 @@ impl Segment {
 }
 
 impl Segment {
-    /// Where `key`, which lies within row group `rg`'s key bounds, sits in
-    /// it: (row within the group, whether that row holds `key`) — the row
-    /// holding it, else the row it would go before. Reads one `__pk` page.
-    /// `None` when the file is not on a local disk (mapped).
-    pub async fn position_in_group(&self, rg: usize, key: &[u8]) -> Result<Option<(usize, bool)>> {
-        let Some(file) = self.local_file()? else {
-            return Ok(None);
-        };
-        let meta = self.reader_metadata().await?;
-        let md = meta.metadata();
-        let (_, rows) = first_page_reaching(md, rg, key);
-        let group = RowGroupFile {
-            file: Arc::new(Bytes::from_owner(MappedRange(file.clone(), 0..file.len()))),
-            md,
-            rg,
-            path: &self.meta.path,
-        };
-        Ok(Some(
-            group.key_position(0, rows.clone(), key)?.unwrap_or((rows.end, false)),
-        ))
-    }
-
     /// The rows of row group `rg` (whose key bounds hold `key`) that can
     /// hold `key`, found from the `__pk` page index without reading a
     /// page: the rows of the page where the first row at or past `key` is.

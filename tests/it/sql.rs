@@ -449,9 +449,8 @@ async fn memtable_overlays_place_writes_by_position() {
             _ => DeleteRow::new(k).into(),
         }
     };
-    // Keys spread over the table (a few per 64-row group: each placed by
-    // a page read) and a dense run (many in a group: placed by reading the
-    // group's key columns).
+    // Keys spread over the table (a few per 64-row group) and a dense run
+    // (many in a group).
     let mut first: Vec<PrimaryKey> = (0..300).map(|_| random_key(&mut rng)).collect();
     first.extend((1000..1100).map(|c| pk(c, orders[c as usize % orders.len()])));
     let batch: Vec<RowWrite> = first.iter().map(|k| random_op(&mut rng, k.clone())).collect();
