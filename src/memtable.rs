@@ -292,11 +292,10 @@ impl Memtable {
             return Ok(None);
         };
         for (k, ops) in map.range::<[u8], _>(bounds) {
-            if !changed(ops, after, snapshot) {
-                continue;
-            }
-            let visible = &ops[..ops.partition_point(|(s, _)| *s <= snapshot)];
+            let visible = visible(ops, snapshot);
             let go_on = match visible.last() {
+                Some((seq, _)) if *seq <= after => continue,
+                None => continue,
                 Some((seq, Mutation::Put { row_ts, cells })) => f(
                     k,
                     KeyWrites::Put {
@@ -352,8 +351,12 @@ impl Memtable {
 /// Whether a key's newest write at or before `snapshot` came after
 /// sequence `after` (sequences ascend within a key's writes).
 fn changed(ops: &Ops, after: u64, snapshot: u64) -> bool {
-    let visible = ops.partition_point(|(s, _)| *s <= snapshot);
-    visible > 0 && ops[visible - 1].0 > after
+    visible(ops, snapshot).last().is_some_and(|(s, _)| *s > after)
+}
+
+/// A key's writes at or before `snapshot`.
+fn visible(ops: &Ops, snapshot: u64) -> &[(u64, Mutation)] {
+    &ops[..ops.partition_point(|(s, _)| *s <= snapshot)]
 }
 
 /// Bounds of a range of keys in the B-tree.
@@ -376,11 +379,10 @@ fn range_bounds<'a>(range: &'a KeyRange, resume: Option<&'a [u8]>) -> Option<Key
 fn apply_ops(ops: &Ops, snapshot: u64, state: &mut RowState) -> bool {
     // Start from the last PutRow / DeleteRow at or before the snapshot: it
     // hides everything before it.
-    let visible = ops.partition_point(|(s, _)| *s <= snapshot);
-    if visible == 0 {
+    let ops = visible(ops, snapshot);
+    if ops.is_empty() {
         return false;
     }
-    let ops = &ops[..visible];
     let start = ops
         .iter()
         .rposition(|(_, m)| matches!(m, Mutation::Put { .. } | Mutation::Delete))
@@ -405,8 +407,7 @@ impl Memtable {
     pub fn hides_older(&self, key: &[u8], snapshot: u64) -> bool {
         let map = self.map.read();
         map.get(key).is_some_and(|ops| {
-            let visible = ops.partition_point(|(s, _)| *s <= snapshot);
-            ops[..visible]
+            visible(ops, snapshot)
                 .iter()
                 .any(|(_, m)| matches!(m, Mutation::Put { .. } | Mutation::Delete))
         })
