@@ -172,22 +172,28 @@ impl Memtable {
         snapshot: u64,
         max_keys: usize,
     ) -> Vec<(Vec<u8>, RowState)> {
-        if !backward {
-            // Every key with a write by the snapshot changed after 0.
-            return self.states_changed(range, resume, 0, snapshot, max_keys);
-        }
         let map = self.map.read();
-        let mut out = Vec::new();
-        let hi = match (resume, &range.hi) {
-            (Some(r), _) => Bound::Excluded(r),
-            (None, Some(h)) => Bound::Excluded(h.as_slice()),
-            (None, None) => Bound::Unbounded,
+        let bounds = if backward {
+            let hi = match (resume, &range.hi) {
+                (Some(r), _) => Bound::Excluded(r),
+                (None, Some(h)) => Bound::Excluded(h.as_slice()),
+                (None, None) => Bound::Unbounded,
+            };
+            (Bound::Included(range.lo.as_slice()), hi)
+        } else {
+            match range_bounds(range, resume) {
+                Some(bounds) => bounds,
+                None => return Vec::new(),
+            }
         };
-        let lo = Bound::Included(range.lo.as_slice());
-        if !bounds_ordered(lo, hi) {
-            return out;
+        if !bounds_ordered(bounds.0, bounds.1) {
+            return Vec::new();
         }
-        for (k, ops) in map.range::<[u8], _>((lo, hi)).rev() {
+        let keys = map.range::<[u8], _>(bounds);
+        let keys: Box<dyn Iterator<Item = (&Vec<u8>, &Ops)>> =
+            if backward { Box::new(keys.rev()) } else { Box::new(keys) };
+        let mut out = Vec::new();
+        for (k, ops) in keys {
             let mut st = RowState::default();
             if apply_ops(ops, snapshot, &mut st) {
                 out.push((k.clone(), st));
@@ -211,34 +217,6 @@ impl Memtable {
             .filter(|(_, ops)| changed(ops, after, snapshot))
             .map(|(k, _)| k.clone())
             .collect()
-    }
-
-    /// Up to `max_keys` of the keys [`Memtable::keys_changed`] lists,
-    /// strictly after `resume` when given, each with its folded state at
-    /// `snapshot` (all its writes up to there, not only the new ones).
-    pub fn states_changed(
-        &self,
-        range: &KeyRange,
-        resume: Option<&[u8]>,
-        after: u64,
-        snapshot: u64,
-        max_keys: usize,
-    ) -> Vec<(Vec<u8>, RowState)> {
-        let map = self.map.read();
-        let Some(bounds) = range_bounds(range, resume) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (k, ops) in map.range::<[u8], _>(bounds) {
-            if out.len() == max_keys {
-                break;
-            }
-            let mut st = RowState::default();
-            if changed(ops, after, snapshot) && apply_ops(ops, snapshot, &mut st) {
-                out.push((k.clone(), st));
-            }
-        }
-        out
     }
 
     /// The overlay slot of a segment (created empty on first use).

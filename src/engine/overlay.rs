@@ -385,7 +385,6 @@ async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Res
         let mut values = RunReader {
             stream: seg.stream_rows(&spans, vec![leaf], BATCH_ROWS).await?,
             held: Vec::new(),
-            rows: 0,
             path,
         };
         let mut pending = std::mem::take(&mut open).into_iter().peekable();
@@ -436,13 +435,12 @@ struct RunReader<'p> {
     stream: crate::segment::SegmentBatchStream,
     /// Rows read but not handed out yet.
     held: Vec<ArrayRef>,
-    rows: usize,
     path: &'p str,
 }
 
 impl RunReader<'_> {
     async fn take(&mut self, n: usize) -> Result<ArrayRef> {
-        while self.rows < n {
+        while self.held.iter().map(|a| a.len()).sum::<usize>() < n {
             let Some(batch) = self.stream.next().await else {
                 return Err(Error::corruption(format!(
                     "segment {}: fewer rows than its row groups list",
@@ -450,7 +448,6 @@ impl RunReader<'_> {
                 )));
             };
             let batch = batch.map_err(|e| Error::io(format!("read segment {}", self.path), e))?;
-            self.rows += batch.num_rows();
             self.held.push(batch.column(0).clone());
         }
         let all = match self.held.as_slice() {
@@ -462,7 +459,6 @@ impl RunReader<'_> {
         if rest > 0 {
             self.held.push(all.slice(n, rest));
         }
-        self.rows = rest;
         Ok(all.slice(0, n))
     }
 }

@@ -214,9 +214,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     /// anything else through a [`RowState`].
     pub fn push_writes(&mut self, key: &[u8], writes: KeyWrites<'_>) -> Result<()> {
         match writes {
-            KeyWrites::Put { seq, row_ts, cells } if distinct_ascending(cells) => {
-                self.batch.push_put(&self.table, key, seq, row_ts, cells)?;
-            }
+            KeyWrites::Put { seq, row_ts, cells } if self.batch.push_put(&self.table, key, seq, row_ts, cells)? => {}
             put @ KeyWrites::Put { .. } => self.batch.push_key(&self.table, key, &put.to_state())?,
             KeyWrites::Folded(st) => self.batch.push_key(&self.table, key, st)?,
         }
@@ -307,12 +305,6 @@ pub(crate) fn encode_states(
     b.finish(schema)
 }
 
-/// True when a PutRow's cells name each column once, in ascending order
-/// (the write path sorts them): the row then encodes straight from them.
-fn distinct_ascending(cells: &[(String, i64, Value)]) -> bool {
-    cells.windows(2).all(|w| w[0].0 < w[1].0)
-}
-
 /// Rows of the segment layout built in memory rather than in a file (the
 /// merge's folded keys, scan overlays), keys ascending.
 pub(crate) struct RowEncoder<'t> {
@@ -349,11 +341,7 @@ impl<'t> RowEncoder<'t> {
         row_ts: Option<i64>,
         cells: &[(String, i64, Value)],
     ) -> Result<bool> {
-        if !distinct_ascending(cells) {
-            return Ok(false);
-        }
-        self.batch.push_put(self.table, key, seq, row_ts, cells)?;
-        Ok(true)
+        self.batch.push_put(self.table, key, seq, row_ts, cells)
     }
 
     /// The rows added so far, as one batch of `schema` (the layout's
@@ -673,9 +661,11 @@ impl BatchBuilder {
         Ok(())
     }
 
-    /// Adds a key whose newest write is a PutRow with these cells (column
-    /// names strictly ascending): one row, as [`Self::push_key`] writes
-    /// the state that PutRow folds to, without building that state.
+    /// Adds a key whose newest write is a PutRow with these cells: one
+    /// row, as [`Self::push_key`] writes the state that PutRow folds to,
+    /// without building that state. Only when the cells name each column
+    /// once in ascending order (the write path sorts them); returns false,
+    /// adding nothing, otherwise.
     fn push_put(
         &mut self,
         table: &TableSchema,
@@ -683,7 +673,10 @@ impl BatchBuilder {
         seq: u64,
         row_ts: Option<i64>,
         cells: &[(String, i64, Value)],
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        if !cells.windows(2).all(|w| w[0].0 < w[1].0) {
+            return Ok(false);
+        }
         let kind = if cells.is_empty() && row_ts.is_none() {
             ROW_DELETED
         } else {
@@ -709,7 +702,7 @@ impl BatchBuilder {
             attr.push(cell)?;
         }
         self.rows += 1;
-        Ok(())
+        Ok(true)
     }
 
     /// Counts a key for the segment's metadata.
