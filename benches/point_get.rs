@@ -55,7 +55,13 @@ fn main() {
         for _ in 0..2000 {
             t.get_row(GetRow::new(key(rng.random_range(0..rows)))).await.unwrap();
         }
-        for (label, n, missing) in [("existing", 20_000, false), ("missing", 5_000, true)] {
+        // CELLAR_BENCH_GETS: gets of existing keys (default 20,000; more to
+        // attach a profiler).
+        let gets = std::env::var("CELLAR_BENCH_GETS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
+        for (label, n, missing) in [("existing", gets, false), ("missing", 5_000, true)] {
             let mut lat = Vec::with_capacity(n);
             for _ in 0..n {
                 let i = rng.random_range(0..rows);

@@ -228,6 +228,49 @@ impl Shared {
         true
     }
 
+    /// One tick of the background overlay builder (see
+    /// `DbOptions::background_overlays`): a table whose active memtable
+    /// has not changed since the last tick gets the overlays of that
+    /// memtable state built, once, if a SQL scan read it whole lately.
+    /// `seen` holds per table id the memtable's newest sequence at the last
+    /// tick and whether it was warmed at it.
+    fn warm_overlays(&self, seen: &mut std::collections::HashMap<u64, (u64, bool)>) {
+        /// Tables no scan has read whole for this long are left alone.
+        const SCANNED_WITHIN_MS: u64 = 10 * 60 * 1000;
+        let now = crate::engine::table::monotonic_ms();
+        let visible = self.visible_seq.load(Ordering::Acquire);
+        let tables = self.live_tables();
+        seen.retain(|id, _| tables.iter().any(|t| t.id == *id));
+        for table in tables {
+            let scanned = table.wide_scan_ms.load(Ordering::Relaxed);
+            if scanned == 0 || now.saturating_sub(scanned) > SCANNED_WITHIN_MS {
+                seen.remove(&table.id);
+                continue;
+            }
+            let (mem, segments) = {
+                let st = table.state.read();
+                if !st.immutables.is_empty() {
+                    // A flush is under way: scans merge the memtables.
+                    continue;
+                }
+                (st.active.clone(), st.segments.clone())
+            };
+            let at = mem.max_seq();
+            if at == 0 || at > visible || segments.is_empty() {
+                continue;
+            }
+            let entry = seen.entry(table.id).or_insert((0, false));
+            if entry.0 != at {
+                *entry = (at, false);
+                continue;
+            }
+            if !entry.1 {
+                entry.1 = true;
+                self.spawn_background(move |_| crate::engine::overlay::warm(table, mem, segments, at));
+            }
+        }
+    }
+
     /// Run count past which a catch-up compaction may start: half the
     /// stall limit, and at least twice the trigger.
     fn catch_up_runs(&self) -> usize {
@@ -475,6 +518,23 @@ impl Database {
                             shared.schedule_compaction(t);
                         }
                     }
+                }
+            });
+        }
+        if let Some(quiet) = shared.options.background_overlays {
+            let weak = Arc::downgrade(&shared);
+            let quiet = quiet.max(std::time::Duration::from_millis(1));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(quiet);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut seen = std::collections::HashMap::new();
+                loop {
+                    tick.tick().await;
+                    let Some(shared) = weak.upgrade() else { break };
+                    if shared.closed.load(Ordering::Acquire) {
+                        break;
+                    }
+                    shared.warm_overlays(&mut seen);
                 }
             });
         }

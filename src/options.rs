@@ -58,6 +58,13 @@ pub struct DbOptions {
     /// How often tables with a TTL are checked for segments whose data has
     /// all expired (then compacted away). Defaults to 60 s.
     pub compaction_check_interval: std::time::Duration,
+    /// Once writes to a table that SQL scans read whole (in the last 10
+    /// minutes) pause for this long, the memtable overlays such scans use
+    /// (each memtable key placed among a segment's rows, see the README)
+    /// are brought up to date in the background, so the next query does
+    /// not pay for them. `None`: scans build them when they need them.
+    /// Defaults to 100 ms.
+    pub background_overlays: Option<std::time::Duration>,
     /// The time source. Defaults to the system clock.
     pub clock: Arc<dyn Clock>,
     /// Where catalog, manifests and segments live. Defaults to `None`: a
@@ -87,6 +94,7 @@ impl Default for DbOptions {
             compaction_stall_runs: 24,
             max_background_compactions: 1,
             compaction_check_interval: std::time::Duration::from_secs(60),
+            background_overlays: Some(std::time::Duration::from_millis(100)),
             clock: Arc::new(SystemClock),
             object_store: None,
             wal_opener: Arc::new(OsWalOpener),

@@ -22,6 +22,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryBuilder, BooleanArray, BooleanBufferBuilder, BooleanBuilder, Float64Builder,
@@ -772,7 +773,7 @@ async fn overlay_for(
     }
     let slot = mem.overlay_slot(&seg.meta.path);
     let worth_building = piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows;
-    let mut held = match slot.clone().try_lock_owned() {
+    let held = match slot.clone().try_lock_owned() {
         Ok(held) => held,
         // Another partition is building it. A piece too small to build one
         // for does not wait (it merges the memtable keys itself): it would
@@ -788,33 +789,7 @@ async fn overlay_for(
     if !worth_building {
         return Ok(None);
     }
-    // Built on a task of its own, which also releases the slot. The
-    // partitions waiting for the overlay are then woken from that task, so
-    // an idle worker thread can pick one up; woken from this scan's task,
-    // a waiter would go to this thread's LIFO slot (which other workers do
-    // not steal from) and wait there until this scan next yields, running
-    // the partitions one after another.
-    let (table, mem, seg) = (cx.table.clone(), mem.clone(), seg.clone());
-    let build = tokio::spawn(async move {
-        let Some((ov, extended)) = Overlay::build(&table, &mem, &seg, at, held.as_deref()).await? else {
-            return Ok(None);
-        };
-        let counter = if extended {
-            &table.stats.overlay_extensions
-        } else {
-            &table.stats.overlay_builds
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ov = Arc::new(ov);
-        *held = Some(ov.clone());
-        Ok(Some(ov))
-    });
-    build.await.map_err(|e| {
-        Error::new(
-            crate::error::ErrorKind::Closed,
-            format!("the task building a memtable overlay for a scan stopped: {e}"),
-        )
-    })?
+    super::overlay::build_in_slot(&cx.table, mem, seg, at, held).await
 }
 
 impl OverlayRows {
@@ -958,6 +933,11 @@ impl SingleReader {
         let with_keys: Vec<_> = snap.memtables.iter().filter(|m| m.has_key_in(&range)).collect();
         let mut spans: Vec<RowSpan> = seg.row_spans(&range).await?;
         let piece_rows: u64 = spans.iter().map(|s| s.rows.len() as u64).sum();
+        if piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows {
+            table
+                .wide_scan_ms
+                .store(super::table::monotonic_ms(), Ordering::Relaxed);
+        }
         let overlay = match with_keys.as_slice() {
             [one] => overlay_for(cx, one, &seg, piece_rows).await?,
             _ => None,

@@ -251,6 +251,108 @@ impl Overlay {
     }
 }
 
+/// The slot of one segment's overlay, held while it is built.
+pub(crate) type HeldSlot = tokio::sync::OwnedMutexGuard<Option<Arc<Overlay>>>;
+
+/// Builds (or extends, from what `held` holds) the overlay of `mem`'s
+/// writes up to `at` over `seg` into its slot; `None` when the segment has
+/// no key statistics to place keys with.
+///
+/// Built on a task of its own, which also releases the slot. Scans waiting
+/// for the overlay are then woken from that task, so an idle worker thread
+/// can pick one up; woken from a scan's task, a waiter would go to that
+/// thread's LIFO slot (which other workers do not steal from) and wait
+/// there until the scan next yields, running the partitions one after
+/// another.
+pub(crate) async fn build_in_slot(
+    table: &Arc<TableInner>,
+    mem: &Arc<Memtable>,
+    seg: &Arc<Segment>,
+    at: u64,
+    mut held: HeldSlot,
+) -> Result<Option<Arc<Overlay>>> {
+    let (table, mem, seg) = (table.clone(), mem.clone(), seg.clone());
+    let build = tokio::spawn(async move {
+        let Some((ov, extended)) = Overlay::build(&table, &mem, &seg, at, held.as_deref()).await? else {
+            return Ok(None);
+        };
+        let counter = if extended {
+            &table.stats.overlay_extensions
+        } else {
+            &table.stats.overlay_builds
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ov = Arc::new(ov);
+        *held = Some(ov.clone());
+        Ok(Some(ov))
+    });
+    build.await.map_err(|e| {
+        Error::new(
+            crate::error::ErrorKind::Closed,
+            format!("the task building a memtable overlay stopped: {e}"),
+        )
+    })?
+}
+
+/// Brings the overlays of `mem` (written up to `at`) over every segment it
+/// has keys in up to date, the segments in parallel, so that the next
+/// scan finds them built. Run in the background once writes to a table
+/// that SQL scans settle. A slot a scan is building is left to it, and a
+/// failure is left for the scan that needs the overlay to meet and report.
+/// Only segments whose key span no other segment overlaps get one: scans
+/// merge overlapping segments row by row, with no overlay.
+pub(crate) async fn warm(table: Arc<TableInner>, mem: Arc<Memtable>, segments: Arc<Vec<Arc<Segment>>>, at: u64) {
+    let mut builds = Vec::new();
+    for seg in alone(&segments) {
+        if mem.max_seq() != at {
+            return; // written meanwhile: the next quiet moment comes back
+        }
+        if !mem.has_key_between(&seg.min_key, &seg.max_key) {
+            continue;
+        }
+        let Ok(held) = mem.overlay_slot(&seg.meta.path).try_lock_owned() else {
+            continue;
+        };
+        if held.as_ref().is_some_and(|ov| ov.built_at == at) {
+            continue;
+        }
+        builds.push(build_in_slot(&table, &mem, seg, at, held));
+    }
+    // Each build runs on its own task from its first poll on.
+    futures::future::join_all(builds).await;
+}
+
+/// The segments whose key span overlaps no other's.
+fn alone(segments: &[Arc<Segment>]) -> Vec<&Arc<Segment>> {
+    let spans: Vec<(&[u8], &[u8])> = segments
+        .iter()
+        .map(|s| (s.min_key.as_slice(), s.max_key.as_slice()))
+        .collect();
+    alone_spans(&spans).into_iter().map(|i| &segments[i]).collect()
+}
+
+/// The indices of the closed key spans `(min, max)` that overlap no other.
+fn alone_spans(spans: &[(&[u8], &[u8])]) -> Vec<usize> {
+    let mut by_min: Vec<usize> = (0..spans.len()).collect();
+    by_min.sort_by_key(|&i| spans[i].0);
+    let mut out = Vec::new();
+    // The largest max key of the spans before the current one.
+    let mut reach: Option<&[u8]> = None;
+    for (n, &i) in by_min.iter().enumerate() {
+        let (min, max) = spans[i];
+        let after_earlier = reach.is_none_or(|r| r < min);
+        let before_next = by_min.get(n + 1).is_none_or(|&j| max < spans[j].0);
+        if after_earlier && before_next {
+            out.push(i);
+        }
+        if reach.is_none_or(|r| r < max) {
+            reach = Some(max);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The columns of encoded states a scan shows: typed keys, `__max_ts` and
 /// the attributes, strings as views.
 fn scan_rows(all: &RecordBatch) -> Result<RecordBatch> {
@@ -520,6 +622,23 @@ impl RowCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alone_spans_are_those_no_other_span_overlaps() {
+        let k = |s: &'static str| s.as_bytes();
+        let spans = [
+            (k("m"), k("p")), // overlaps the next (shared end key)
+            (k("a"), k("c")),
+            (k("p"), k("q")),
+            (k("d"), k("e")),
+            (k("f"), k("z")), // reaches over all that follow
+            (k("r"), k("s")),
+        ];
+        assert_eq!(alone_spans(&spans), vec![1, 3]);
+        assert_eq!(alone_spans(&spans[..2]), vec![0, 1]);
+        assert_eq!(alone_spans(&[(k("a"), k("b"))]), vec![0]);
+        assert!(alone_spans(&[]).is_empty());
+    }
 
     #[test]
     fn row_cursor_maps_batches_across_spans() {

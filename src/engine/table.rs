@@ -58,6 +58,18 @@ pub(crate) struct TableInner {
     /// A catch-up compaction task (see `DbOptions::compaction_stall_runs`)
     /// is running for this table.
     pub catch_up_running: AtomicBool,
+    /// When a SQL scan last read a large share of one of the table's
+    /// segments (a scan that uses memtable overlays), in milliseconds of
+    /// [`monotonic_ms`]; 0: never. The background keeps the overlays of
+    /// such tables built (see `overlay::warm`).
+    pub wide_scan_ms: AtomicU64,
+}
+
+/// Milliseconds since the first call in this process (1 at least), for
+/// coarse "how long ago" marks kept in atomics.
+pub(crate) fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64 + 1
 }
 
 #[derive(Default)]
@@ -148,6 +160,7 @@ impl TableInner {
             flushing: tokio::sync::Mutex::new(()),
             compaction_queued: AtomicBool::new(false),
             catch_up_running: AtomicBool::new(false),
+            wide_scan_ms: AtomicU64::new(0),
         }
     }
 

@@ -619,6 +619,79 @@ async fn memtable_overlays_place_dense_keys_by_narrowing() {
     db.close().await.unwrap();
 }
 
+/// Waits (at most 10 s) until the table's overlay builds and extensions
+/// reach `want`.
+async fn overlays_reach(t: &Table, want: (u64, u64), what: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let s = t.stats();
+        let got = (s.scan_overlay_builds, s.scan_overlay_extensions);
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{what}: overlays built / extended {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// PutRows of `n` random keys over the cards of `grouped_table(3000)`.
+async fn put_random(t: &Table, rng: &mut StdRng, n: usize) {
+    let batch: Vec<RowWrite> = (0..n)
+        .map(|_| {
+            let k = pk(rng.random_range(-5..3010i64), ["o", "o2"][rng.random_range(0..2)]);
+            PutRow::new(k).column("x", rng.random_range(0..5000i64)).into()
+        })
+        .collect();
+    for r in t.write_batch(batch).await.unwrap() {
+        r.unwrap();
+    }
+}
+
+/// Once writes to a table that SQL scanned whole settle, its overlays are
+/// built (then extended) in the background: the next query builds none
+/// and answers as the row API does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memtable_overlays_are_built_in_the_background_once_writes_settle() {
+    let (_dir, _clock, db, t) = grouped_table(3000).await;
+    let mut rng = StdRng::seed_from_u64(5);
+    let sess = SqlSession::new(db.clone());
+    // Marks the table as scanned whole (nothing to build: no memtable).
+    rows(&sess, "SELECT sum(x) FROM t").await;
+    put_random(&t, &mut rng, 200).await;
+    overlays_reach(&t, (1, 0), "after writes").await;
+    overlay_check(&sess, &t, "built in the background").await;
+    put_random(&t, &mut rng, 100).await;
+    overlays_reach(&t, (1, 1), "after more writes").await;
+    overlay_check(&sess, &t, "extended in the background").await;
+    let s = t.stats();
+    assert_eq!(
+        (s.scan_overlay_builds, s.scan_overlay_extensions),
+        (1, 1),
+        "the scans used the overlay built in the background"
+    );
+    drop(sess);
+    db.close().await.unwrap();
+}
+
+/// Tables no SQL scan read whole get no overlay in the background: a
+/// point lookup does not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memtable_overlays_are_not_built_for_tables_no_scan_read() {
+    let (_dir, _clock, db, t) = grouped_table(3000).await;
+    let mut rng = StdRng::seed_from_u64(6);
+    put_random(&t, &mut rng, 200).await;
+    let sess = SqlSession::new(db.clone());
+    rows(&sess, "SELECT x FROM t WHERE card = 7 AND \"order\" = 'o'").await;
+    rows(&sess, "SELECT x FROM t WHERE card BETWEEN 7 AND 9").await;
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(t.stats().scan_overlay_builds, 0, "built without a scan asking for it");
+    drop(sess);
+    db.close().await.unwrap();
+}
+
 /// Sparse memtable keys: between two row groups (placed from the next
 /// group's key bounds, its rows unread), inside one, past the segment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
