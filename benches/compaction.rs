@@ -158,7 +158,10 @@ async fn child(rows: u64, compaction: bool) {
         rss.peaks_mb().1,
         steal_secs() - steal,
     );
-    if compaction {
+    // CELLAR_BENCH_OFF_COMPACT=1: the "off" load is fully compacted too
+    // (a merge of all its flushed runs: a fixed workload for comparing
+    // merge code).
+    if compaction || std::env::var("CELLAR_BENCH_OFF_COMPACT").is_ok_and(|v| v == "1") {
         let start = Instant::now();
         t.compact().await.unwrap();
         let s = t.stats();

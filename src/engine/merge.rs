@@ -42,6 +42,12 @@ const READ_ROWS: usize = 8192;
 /// segments are cut at their target size.
 const OUTPUT_ROWS: usize = 2048;
 
+/// Output batches whose pieces (runs of rows from one source) average
+/// fewer rows than this are assembled by gathering row by row (Arrow's
+/// `interleave`), others by copying ranges (`MutableArrayData`, whose
+/// per-range set-up costs more than a gather of a few rows).
+const GATHER_MIN_PIECE: usize = 8;
+
 /// What the merge keeps and drops.
 pub(crate) struct GcRules {
     /// Versions older than this have expired (`i64::MIN`: no TTL).
@@ -454,17 +460,34 @@ impl ColumnarMerge {
                 Piece::Folded(k) => starts[k + 1] - starts[*k],
             })
             .sum();
+        let span = |p: &Piece| match p {
+            Piece::Rows { slot, start, end, .. } => (*slot, *start, *end),
+            Piece::Folded(k) => (folded_slot, starts[*k], starts[k + 1]),
+        };
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        for c in 0..self.schema.fields().len() {
-            let data: Vec<_> = sources.iter().map(|b| b.column(c).to_data()).collect();
-            let mut out = MutableArrayData::new(data.iter().collect(), false, rows);
-            for p in &self.pieces {
-                match p {
-                    Piece::Rows { slot, start, end, .. } => out.try_extend(*slot, *start, *end)?,
-                    Piece::Folded(k) => out.try_extend(folded_slot, starts[*k], starts[k + 1])?,
+        if rows >= GATHER_MIN_PIECE * self.pieces.len() {
+            // Long runs (inputs that interleave little): copied a range at
+            // a time.
+            for c in 0..self.schema.fields().len() {
+                let data: Vec<_> = sources.iter().map(|b| b.column(c).to_data()).collect();
+                let mut out = MutableArrayData::new(data.iter().collect(), false, rows);
+                for p in &self.pieces {
+                    let (slot, start, end) = span(p);
+                    out.try_extend(slot, start, end)?;
                 }
+                columns.push(make_array(out.freeze()));
             }
-            columns.push(make_array(out.freeze()));
+        } else {
+            // Inputs interleaved key by key: one gather per column.
+            let mut take = Vec::with_capacity(rows);
+            for p in &self.pieces {
+                let (slot, start, end) = span(p);
+                take.extend((start..end).map(|r| (slot, r)));
+            }
+            for c in 0..self.schema.fields().len() {
+                let arrays: Vec<&dyn Array> = sources.iter().map(|b| b.column(c).as_ref()).collect();
+                columns.push(arrow::compute::interleave(&arrays, &take)?);
+            }
         }
         self.unmark(&mut columns[self.table.primary_key.len() + 3], &starts);
         self.pieces.clear();
