@@ -319,7 +319,9 @@ impl OutputWriter {
             && let Some((b, _)) = builder.as_mut()
         {
             // Failed or cancelled with an output half written.
-            b.sink_mut().abort();
+            if let Some(sink) = b.sink_mut() {
+                sink.abort();
+            }
         }
         result
     }
