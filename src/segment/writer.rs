@@ -935,4 +935,18 @@ mod tests {
         // Too few values to judge: the default (dictionary) stays.
         assert!(plain_key_columns(&table, &batch(40)).is_empty());
     }
+
+    /// The Parquet writer opens on the first batch; a segment given no key
+    /// still finishes as a valid, empty file.
+    #[test]
+    fn a_segment_with_no_keys_finishes_empty() {
+        let table = TableSchema::new("t").pk("k", PkType::String);
+        let cols = vec![("x".to_string(), TypeSet(1))];
+        let b = SegmentBuilder::new(&table, cols, SegmentWriteOptions::default(), 0).unwrap();
+        let (bytes, meta) = b.finish((0, 0)).unwrap();
+        assert_eq!((meta.num_rows, meta.num_keys), (0, 0));
+        let reader = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
+        use parquet::file::reader::FileReader;
+        assert_eq!(reader.metadata().file_metadata().num_rows(), 0);
+    }
 }
