@@ -160,9 +160,22 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         if rank.value(0) != 0 {
             return Err(Error::corruption("rows copied into a segment start inside a key"));
         }
+        // Keys ascend across batches and within: a merge that got them out
+        // of order must fail here rather than store a segment that point
+        // gets and scans would misread.
+        let out_of_order = || Error::corruption("rows copied into a segment are not in key order");
+        if self.min_key.is_some() && pk.value(0) <= self.max_key.as_slice() {
+            return Err(out_of_order());
+        }
         for r in 0..n {
             if rank.value(r) != 0 {
+                if pk.value(r) != pk.value(r - 1) {
+                    return Err(Error::corruption("rows copied into a segment split a key's versions"));
+                }
                 continue;
+            }
+            if r > 0 && pk.value(r) <= pk.value(r - 1) {
+                return Err(out_of_order());
             }
             self.num_keys += 1;
             if row.value(r) == ROW_DELETED || max_ts.is_null(r) {
@@ -211,6 +224,11 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     /// (the write path sorts them) is encoded straight from its cells;
     /// anything else through a [`RowState`].
     pub fn push_writes(&mut self, key: &[u8], writes: KeyWrites<'_>) -> Result<()> {
+        if self.min_key.is_some() && key <= self.max_key.as_slice() {
+            return Err(Error::corruption(
+                "keys pushed into a segment are not in ascending order",
+            ));
+        }
         match writes {
             KeyWrites::Put { seq, row_ts, cells } if self.batch.push_put(&self.table, key, seq, row_ts, cells)? => {}
             put @ KeyWrites::Put { .. } => self.batch.push_key(&self.table, key, &put.to_state())?,
@@ -934,6 +952,25 @@ mod tests {
         assert_eq!(plain_key_columns(&table, &batch(1000)), vec!["order"]);
         // Too few values to judge: the default (dictionary) stays.
         assert!(plain_key_columns(&table, &batch(40)).is_empty());
+    }
+
+    /// Keys pushed out of order are refused, not written.
+    #[test]
+    fn keys_out_of_order_are_refused() {
+        let table = TableSchema::new("t").pk("k", PkType::String);
+        let mut b = SegmentBuilder::new(&table, Vec::new(), SegmentWriteOptions::default(), 2).unwrap();
+        let st = RowState {
+            seq: 1,
+            replace: true,
+            ..Default::default()
+        };
+        let key = |k: &str| crate::key::encode_key(&[crate::types::PkValue::String(k.to_string())]);
+        let writes = KeyWrites::Folded(&st);
+        b.push_writes(&key("b"), KeyWrites::Folded(&st)).unwrap();
+        let err = b.push_writes(&key("a"), writes).unwrap_err();
+        assert!(err.to_string().contains("not in ascending order"), "{err}");
+        let err = b.push_writes(&key("b"), KeyWrites::Folded(&st)).unwrap_err();
+        assert!(err.to_string().contains("not in ascending order"), "{err}");
     }
 
     /// The Parquet writer opens on the first batch; a segment given no key
