@@ -164,7 +164,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         // of order must fail here rather than store a segment that point
         // gets and scans would misread.
         let out_of_order = || Error::corruption("rows copied into a segment are not in key order");
-        if self.min_key.is_some() && pk.value(0) <= self.max_key.as_slice() {
+        if !self.after_last(pk.value(0)) {
             return Err(out_of_order());
         }
         for r in 0..n {
@@ -224,7 +224,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     /// (the write path sorts them) is encoded straight from its cells;
     /// anything else through a [`RowState`].
     pub fn push_writes(&mut self, key: &[u8], writes: KeyWrites<'_>) -> Result<()> {
-        if self.min_key.is_some() && key <= self.max_key.as_slice() {
+        if !self.after_last(key) {
             return Err(Error::corruption(
                 "keys pushed into a segment are not in ascending order",
             ));
@@ -235,6 +235,11 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             KeyWrites::Folded(st) => self.batch.push_key(&self.table, key, st)?,
         }
         self.pushed(key)
+    }
+
+    /// Whether `key` sorts after every key pushed so far.
+    fn after_last(&self, key: &[u8]) -> bool {
+        self.min_key.is_none() || key > self.max_key.as_slice()
     }
 
     /// Bookkeeping after a key was added to the batch.
