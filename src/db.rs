@@ -165,7 +165,7 @@ impl Shared {
         let cutoff = table.options.read().ttl_cutoff_ms(self.options.clock.now_ms());
         let segs = table.state.read().segments.clone();
         self.schedule_catch_up(&table, &segs);
-        if compact::choose(&segs, compact::Pick::Auto, self.options.compaction_trigger_runs, cutoff).is_none()
+        if compact::choose(&segs, compact::Pick::Auto, self.policy(), cutoff).is_none()
             || table.compaction_queued.swap(true, Ordering::AcqRel)
         {
             return;
@@ -277,6 +277,15 @@ impl Shared {
         (self.options.compaction_stall_runs / 2).max(self.options.compaction_trigger_runs.max(2) * 2)
     }
 
+    /// The automatic compaction policy: tiers of `compaction_trigger_runs`
+    /// runs, and past the catch-up count, merges that cut the run count.
+    fn policy(&self) -> compact::Policy {
+        compact::Policy {
+            trigger_runs: self.options.compaction_trigger_runs,
+            max_runs: self.catch_up_runs(),
+        }
+    }
+
     /// One background compaction step; false when the task should stop
     /// (nothing to do, closing, or an error, which is recorded).
     async fn compact_step(&self, table: &Arc<TableInner>, pick: compact::Pick) -> bool {
@@ -302,8 +311,7 @@ impl Shared {
             env: &self.flush_env,
             now_ms: self.options.clock.now_ms(),
             output_bytes: self.options.compaction_segment_bytes,
-            trigger_runs: self.options.compaction_trigger_runs,
-            catch_up_runs: self.catch_up_runs(),
+            policy: self.policy(),
             cancel: Some(self.closed.clone()),
         };
         compact::compact(table, pick, &p).await

@@ -44,8 +44,10 @@ pub struct DbOptions {
     pub compaction_segment_bytes: usize,
     /// Compact in the background without being asked. Defaults to true.
     pub auto_compaction: bool,
-    /// A table is compacted in the background once its segments form this
-    /// many sorted runs (each flush adds one). Defaults to 4.
+    /// A table is compacted in the background once this many sorted runs
+    /// of similar size (within 2x) have piled up at its newest end (each
+    /// flush adds one run): they are merged into one, so each byte is
+    /// rewritten about log_n(table size / flush size) times. Defaults to 4.
     pub compaction_trigger_runs: usize,
     /// Writers stall while a table has more runs than this (background
     /// compaction has fallen behind); they wait at most 30 s per write
