@@ -335,3 +335,48 @@ impl Row {
         self.column(name).and_then(|c| c.first()).map(|c| &c.value)
     }
 }
+
+/// A borrowed [`Value`]: what a flush reads from a memtable's packed rows
+/// without allocating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ValueRef<'a> {
+    Integer(i64),
+    Double(f64),
+    String(&'a str),
+    Boolean(bool),
+    Binary(&'a [u8]),
+}
+
+impl ValueRef<'_> {
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            ValueRef::Integer(_) => ValueType::Integer,
+            ValueRef::Double(_) => ValueType::Double,
+            ValueRef::String(_) => ValueType::String,
+            ValueRef::Boolean(_) => ValueType::Boolean,
+            ValueRef::Binary(_) => ValueType::Binary,
+        }
+    }
+
+    pub fn to_value(self) -> Value {
+        match self {
+            ValueRef::Integer(x) => Value::Integer(x),
+            ValueRef::Double(x) => Value::Double(x),
+            ValueRef::String(x) => Value::String(x.to_string()),
+            ValueRef::Boolean(x) => Value::Boolean(x),
+            ValueRef::Binary(x) => Value::Binary(x.to_vec()),
+        }
+    }
+}
+
+impl<'a> From<&'a Value> for ValueRef<'a> {
+    fn from(v: &'a Value) -> Self {
+        match v {
+            Value::Integer(x) => ValueRef::Integer(*x),
+            Value::Double(x) => ValueRef::Double(*x),
+            Value::String(x) => ValueRef::String(x),
+            Value::Boolean(x) => ValueRef::Boolean(*x),
+            Value::Binary(x) => ValueRef::Binary(x),
+        }
+    }
+}

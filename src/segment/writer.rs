@@ -18,10 +18,10 @@ use super::{SegmentMeta, hex_encode};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::key::{self, PkRef};
-use crate::memtable::KeyWrites;
+use crate::memtable::{KeyWrites, PutCells};
 use crate::row::{ColumnState, RowState};
 use crate::schema::TableSchema;
-use crate::types::Value;
+use crate::types::ValueRef;
 
 /// Layout settings of new segments.
 #[derive(Debug, Clone, Copy)]
@@ -390,13 +390,7 @@ impl<'t> RowEncoder<'t> {
     /// in ascending order (one version each: the row is then exactly what
     /// folding the write would give); returns false, adding nothing,
     /// otherwise.
-    pub fn push_put(
-        &mut self,
-        key: &[u8],
-        seq: u64,
-        row_ts: Option<i64>,
-        cells: &[(String, i64, Value)],
-    ) -> Result<bool> {
+    pub fn push_put(&mut self, key: &[u8], seq: u64, row_ts: Option<i64>, cells: PutCells<'_>) -> Result<bool> {
         self.batch.push_put(self.table, key, seq, row_ts, cells)
     }
 
@@ -569,7 +563,7 @@ impl AttrBuilder {
     /// Appends one cell (version, value), or null. Only the value builders
     /// of types the column holds are written; the others are never output,
     /// so a value of another type is refused rather than lost.
-    fn push(&mut self, cell: Option<(i64, &Value)>) -> Result<()> {
+    fn push(&mut self, cell: Option<(i64, ValueRef<'_>)>) -> Result<()> {
         let has = self.types;
         let Some((ts, value)) = cell else {
             self.ts.append_null();
@@ -601,31 +595,31 @@ impl AttrBuilder {
         self.counts[index] += 1;
         if has.has(1) {
             match value {
-                Value::Integer(x) => self.i.append_value(*x),
+                ValueRef::Integer(x) => self.i.append_value(x),
                 _ => self.i.append_null(),
             }
         }
         if has.has(2) {
             match value {
-                Value::Double(x) => self.d.append_value(*x),
+                ValueRef::Double(x) => self.d.append_value(x),
                 _ => self.d.append_null(),
             }
         }
         if has.has(4) {
             match value {
-                Value::String(x) => self.s.append_value(x),
+                ValueRef::String(x) => self.s.append_value(x),
                 _ => self.s.append_null(),
             }
         }
         if has.has(8) {
             match value {
-                Value::Binary(x) => self.b.append_value(x),
+                ValueRef::Binary(x) => self.b.append_value(x),
                 _ => self.b.append_null(),
             }
         }
         if has.has(16) {
             match value {
-                Value::Boolean(x) => self.t.append_value(*x),
+                ValueRef::Boolean(x) => self.t.append_value(x),
                 _ => self.t.append_null(),
             }
         }
@@ -748,7 +742,9 @@ impl BatchBuilder {
                 let cell = match cols.peek() {
                     Some((n, c)) if *n == name => {
                         let c: &ColumnState = c;
-                        c.versions.get(rank as usize).map(|(v, value)| (*v, value))
+                        c.versions
+                            .get(rank as usize)
+                            .map(|(v, value)| (*v, ValueRef::from(value)))
                     }
                     _ => None,
                 };
@@ -770,17 +766,22 @@ impl BatchBuilder {
         key: &[u8],
         seq: u64,
         row_ts: Option<i64>,
-        cells: &[(String, i64, Value)],
+        cells: PutCells<'_>,
     ) -> Result<bool> {
-        if !cells.windows(2).all(|w| w[0].0 < w[1].0) {
+        let (mut sorted, mut prev, mut max_ts) = (true, None, row_ts);
+        for (name, v, _) in cells.iter() {
+            sorted &= prev.is_none_or(|p| p < name);
+            prev = Some(name);
+            max_ts = max_ts.max(Some(v));
+        }
+        if !sorted {
             return Ok(false);
         }
-        let kind = if cells.is_empty() && row_ts.is_none() {
+        let kind = if prev.is_none() && row_ts.is_none() {
             ROW_DELETED
         } else {
             ROW_REPLACE
         };
-        let max_ts = cells.iter().map(|(_, v, _)| *v).chain(row_ts).max();
         self.count_key(kind, max_ts);
         let first = FirstRank {
             row_ts,
@@ -790,11 +791,11 @@ impl BatchBuilder {
         self.push_head(table, key, seq, 0, kind, Some(first))?;
         let mut cells = cells.iter().peekable();
         for (name, attr) in self.names.iter().zip(self.attrs.iter_mut()) {
-            while cells.peek().is_some_and(|(n, _, _)| n.as_str() < name.as_str()) {
+            while cells.peek().is_some_and(|(n, _, _)| *n < name.as_str()) {
                 cells.next();
             }
             let cell = match cells.peek() {
-                Some((n, v, value)) if n == name => Some((*v, value)),
+                Some((n, v, value)) if *n == name => Some((*v, *value)),
                 _ => None,
             };
             attr.push(cell)?;
