@@ -88,6 +88,14 @@ pub(crate) enum PutCells<'a> {
 }
 
 impl<'a> PutCells<'a> {
+    /// Whether the cells name each column once, in ascending order.
+    pub fn sorted(self) -> bool {
+        match self {
+            PutCells::Owned(cells) => cells.windows(2).all(|w| w[0].0 < w[1].0),
+            PutCells::Packed(u) => u.sorted,
+        }
+    }
+
     /// (column, version, value) in the order written (by column name).
     pub fn iter(self) -> impl Iterator<Item = (&'a str, i64, ValueRef<'a>)> {
         let (owned, packed) = match self {
@@ -504,7 +512,8 @@ impl Memtable {
     }
 }
 
-/// Packs a PutRow into one allocation: a flags byte (1: row marker),
+/// Packs a PutRow into one allocation: a flags byte (1: row marker, 2:
+/// cells name each column once, ascending, as the write path sorts them),
 /// the marker's version (8 bytes), the cell count, then per cell the
 /// column's id (see [`Inner::id`]), its version as a zigzag varint delta
 /// from the previous cell's (the cells of a write usually share one),
@@ -519,7 +528,8 @@ fn pack(row_ts: Option<i64>, cells: &[(String, i64, crate::types::Value)], inner
             .map(|(_, _, v)| 8 + v.data_len() + if matches!(v, Value::Integer(_)) { 2 } else { 0 })
             .sum::<usize>(),
     );
-    out.push(u8::from(row_ts.is_some()));
+    let sorted = cells.windows(2).all(|w| w[0].0 < w[1].0);
+    out.push(if row_ts.is_some() { FLAG_ROW_TS } else { 0 } | if sorted { FLAG_SORTED } else { 0 });
     if let Some(ts) = row_ts {
         out.extend_from_slice(&ts.to_le_bytes());
     }
@@ -566,6 +576,8 @@ fn pack(row_ts: Option<i64>, cells: &[(String, i64, crate::types::Value)], inner
     out.into_boxed_slice()
 }
 
+const FLAG_ROW_TS: u8 = 1;
+const FLAG_SORTED: u8 = 2;
 const TAG_INT: u8 = 0;
 const TAG_DOUBLE: u8 = 1;
 const TAG_STRING: u8 = 2;
@@ -606,6 +618,8 @@ pub(crate) struct Unpack<'a> {
     left: u64,
     prev_ts: i64,
     names: &'a [(String, [u64; 5])],
+    /// The cells name each column once, in ascending order.
+    pub sorted: bool,
 }
 
 impl<'a> Unpack<'a> {
@@ -617,9 +631,10 @@ impl<'a> Unpack<'a> {
             left: 0,
             prev_ts: 0,
             names,
+            sorted: buf.first().is_some_and(|f| f & FLAG_SORTED != 0),
         };
         let row_ts = match buf.first() {
-            Some(1) => u.bytes(8).map(|b| i64::from_le_bytes(b.try_into().unwrap_or_default())),
+            Some(f) if f & FLAG_ROW_TS != 0 => u.bytes(8).map(|b| i64::from_le_bytes(b.try_into().unwrap_or_default())),
             _ => None,
         };
         u.left = u.varint().unwrap_or(0);
@@ -720,6 +735,15 @@ mod tests {
             assert_eq!(inner.names[inner.ids["c"] as usize].1, [0, 0, 1, 0, 0]);
             // Every value is counted once per pack.
             assert_eq!(inner.names.len(), 9);
+            assert!(Unpack::new(&packed, &inner.names).1.sorted);
+        }
+        // Cells out of order (or a column twice) are marked, so that a
+        // flush folds them instead of encoding them as they are.
+        let mut inner = Inner::default();
+        for bad in [[1, 0], [0, 0]] {
+            let cells: Vec<_> = bad.iter().map(|&i| cells[i].clone()).collect();
+            let packed = pack(None, &cells, &mut inner);
+            assert!(!Unpack::new(&packed, &inner.names).1.sorted);
         }
     }
 

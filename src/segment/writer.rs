@@ -768,16 +768,30 @@ impl BatchBuilder {
         row_ts: Option<i64>,
         cells: PutCells<'_>,
     ) -> Result<bool> {
-        let (mut sorted, mut prev, mut max_ts) = (true, None, row_ts);
-        for (name, v, _) in cells.iter() {
-            sorted &= prev.is_none_or(|p| p < name);
-            prev = Some(name);
-            max_ts = max_ts.max(Some(v));
-        }
-        if !sorted {
+        if !cells.sorted() {
             return Ok(false);
         }
-        let kind = if prev.is_none() && row_ts.is_none() {
+        // One pass over the cells (a packed row decodes as it goes): the
+        // attribute columns first, then the head, which needs the newest
+        // version seen.
+        let (mut any, mut max_ts) = (false, row_ts);
+        let mut cells = cells.iter().peekable();
+        for (name, attr) in self.names.iter().zip(self.attrs.iter_mut()) {
+            while let Some((_, v, _)) = cells.next_if(|(n, _, _)| *n < name.as_str()) {
+                (any, max_ts) = (true, max_ts.max(Some(v)));
+            }
+            let cell = cells
+                .next_if(|(n, _, _)| *n == name.as_str())
+                .map(|(_, v, value)| (v, value));
+            if let Some((v, _)) = cell {
+                (any, max_ts) = (true, max_ts.max(Some(v)));
+            }
+            attr.push(cell)?;
+        }
+        for (_, v, _) in cells {
+            (any, max_ts) = (true, max_ts.max(Some(v)));
+        }
+        let kind = if !any && row_ts.is_none() {
             ROW_DELETED
         } else {
             ROW_REPLACE
@@ -789,17 +803,6 @@ impl BatchBuilder {
             max_ts,
         };
         self.push_head(table, key, seq, 0, kind, Some(first))?;
-        let mut cells = cells.iter().peekable();
-        for (name, attr) in self.names.iter().zip(self.attrs.iter_mut()) {
-            while cells.peek().is_some_and(|(n, _, _)| *n < name.as_str()) {
-                cells.next();
-            }
-            let cell = match cells.peek() {
-                Some((n, v, value)) if *n == name => Some((*v, *value)),
-                _ => None,
-            };
-            attr.push(cell)?;
-        }
         self.rows += 1;
         Ok(true)
     }
