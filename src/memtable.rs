@@ -37,32 +37,72 @@ const KEY_OVERHEAD: usize = (std::mem::size_of::<Vec<u8>>() + std::mem::size_of:
 #[derive(Default)]
 struct Inner {
     keys: BTreeMap<Vec<u8>, Ops>,
-    /// Attribute column names by id, with the values written per type
-    /// (`ValueType::index` order).
-    names: Vec<(String, [u64; 5])>,
+    names: Names,
+}
+
+/// The attribute columns written to a memtable, by id.
+#[derive(Default)]
+struct Names {
+    /// Name and values written per type (`ValueType::index` order).
+    columns: Vec<(String, [u64; 5])>,
     ids: std::collections::HashMap<String, u32>,
-    /// The ids of the last packed row's cells, in order: the rows of a
-    /// load name the same columns, so most lookups are one comparison
-    /// here instead of hashing the name (15% of the committer's time).
+    /// The ids of the last PutRow's cells, in order: the rows of a load
+    /// name the same columns, so most lookups are one comparison here
+    /// instead of hashing the name (15% of the committer's time).
     recent: Vec<u32>,
 }
 
-impl Inner {
+impl Names {
     /// The id of a column name (added on first use).
     fn id(&mut self, name: &str) -> u32 {
         if let Some(id) = self.ids.get(name) {
             return *id;
         }
-        let id = self.names.len() as u32;
-        self.names.push((name.to_string(), [0; 5]));
+        let id = self.columns.len() as u32;
+        self.columns.push((name.to_string(), [0; 5]));
         self.ids.insert(name.to_string(), id);
         id
     }
 
-    fn count(&mut self, name: &str, v: &crate::types::Value) {
-        let id = self.id(name) as usize;
-        if let Some((_, counts)) = self.names.get_mut(id) {
+    /// The id of the `i`-th cell's column of a PutRow, tried against the
+    /// last PutRow's first.
+    fn cell_id(&mut self, i: usize, name: &str) -> u32 {
+        match self.recent.get(i) {
+            Some(&id) if self.columns.get(id as usize).is_some_and(|(n, _)| n == name) => id,
+            _ => {
+                let id = self.id(name);
+                self.recent.truncate(i);
+                self.recent.push(id);
+                id
+            }
+        }
+    }
+
+    /// Counts a value written to column `id`.
+    fn count(&mut self, id: u32, v: &crate::types::Value) {
+        if let Some((_, counts)) = self.columns.get_mut(id as usize) {
             counts[v.value_type().index()] += 1;
+        }
+    }
+
+    /// Counts the values of a write that is not packed.
+    fn count_values(&mut self, m: &Mutation) {
+        match m {
+            Mutation::Put { cells, .. } => {
+                for (i, (name, _, v)) in cells.iter().enumerate() {
+                    let id = self.cell_id(i, name);
+                    self.count(id, v);
+                }
+            }
+            Mutation::Update { actions } => {
+                for a in actions {
+                    if let Action::Put { column, value, .. } = a {
+                        let id = self.id(column);
+                        self.count(id, value);
+                    }
+                }
+            }
+            Mutation::Delete => {}
         }
     }
 }
@@ -154,32 +194,17 @@ impl Memtable {
         let mut bytes = std::mem::size_of::<u64>();
         {
             let mut map = self.map.write();
-            let inner = &mut *map;
-            // Packed here (which counts its values) in case the key is new.
-            let packed = match &m {
-                Mutation::Put { row_ts, cells } => Some(pack(*row_ts, cells, inner)),
-                _ => None,
-            };
-            match &m {
-                Mutation::Put { .. } => {}
-                Mutation::Update { actions } => {
-                    for a in actions {
-                        if let Action::Put { column, value, .. } = a {
-                            inner.count(column, value);
-                        }
-                    }
-                }
-                Mutation::Delete => {}
-            }
-            match inner.keys.entry(key) {
+            let Inner { keys, names } = &mut *map;
+            match keys.entry(key) {
                 std::collections::btree_map::Entry::Occupied(mut e) => {
+                    names.count_values(&m);
                     bytes += m.approx_bytes();
                     match e.get_mut() {
                         Ops::Many(ops) => ops.push((seq, m)),
                         Ops::Put(first, packed) => {
                             // A second write: unpack the first (its packed
                             // bytes stay counted until the flush).
-                            let first = (*first, unpack(packed, &inner.names));
+                            let first = (*first, unpack(packed, &names.columns));
                             bytes += first.1.approx_bytes() + std::mem::size_of::<u64>();
                             e.insert(Ops::Many(vec![first, (seq, m)]));
                         }
@@ -189,12 +214,14 @@ impl Memtable {
                     // The key, its writes, and its share of a B-tree node
                     // (11 slots, about two thirds full).
                     bytes += crate::row::heap_block(e.key().len()) + KEY_OVERHEAD;
-                    let ops = match packed {
-                        Some(packed) => {
+                    let ops = match &m {
+                        Mutation::Put { row_ts, cells } => {
+                            let packed = pack(*row_ts, cells, names);
                             bytes += crate::row::heap_block(packed.len());
                             Ops::Put(seq, packed)
                         }
-                        None => {
+                        _ => {
+                            names.count_values(&m);
                             bytes += m.approx_bytes();
                             Ops::Many(vec![(seq, m)])
                         }
@@ -213,7 +240,7 @@ impl Memtable {
     /// Values written per attribute column and type (`ValueType::index`
     /// order), kept as writes arrive.
     pub fn value_counts(&self) -> BTreeMap<String, [u64; 5]> {
-        self.map.read().names.iter().cloned().collect()
+        self.map.read().names.columns.iter().cloned().collect()
     }
 
     pub fn approx_bytes(&self) -> usize {
@@ -240,7 +267,7 @@ impl Memtable {
     pub fn apply_to(&self, key: &[u8], snapshot: u64, state: &mut RowState) -> bool {
         let map = self.map.read();
         match map.keys.get(key) {
-            Some(ops) => apply_ops(ops, &map.names, snapshot, state),
+            Some(ops) => apply_ops(ops, &map.names.columns, snapshot, state),
             None => false,
         }
     }
@@ -279,7 +306,7 @@ impl Memtable {
         let mut out = Vec::new();
         for (k, ops) in keys {
             let mut st = RowState::default();
-            if apply_ops(ops, &map.names, snapshot, &mut st) {
+            if apply_ops(ops, &map.names.columns, snapshot, &mut st) {
                 out.push((k.clone(), st));
                 if out.len() == max_keys {
                     break;
@@ -360,7 +387,7 @@ impl Memtable {
             }
             let go_on = match ops {
                 Ops::Put(seq, packed) => {
-                    let (row_ts, cells) = Unpack::new(packed, &map.names);
+                    let (row_ts, cells) = Unpack::new(packed, &map.names.columns);
                     f(
                         k,
                         KeyWrites::Put {
@@ -515,12 +542,12 @@ impl Memtable {
 /// Packs a PutRow into one allocation: a flags byte (1: row marker, 2:
 /// cells name each column once, ascending, as the write path sorts them),
 /// the marker's version (8 bytes), the cell count, then per cell the
-/// column's id (see [`Inner::id`]), its version as a zigzag varint delta
+/// column's id (see [`Names`]), its version as a zigzag varint delta
 /// from the previous cell's (the cells of a write usually share one),
 /// and a tagged value (integers as zigzag varints, doubles as 8 bytes,
 /// strings and binaries length-prefixed, booleans in the tag). Counts the
 /// values per column as it goes.
-fn pack(row_ts: Option<i64>, cells: &[(String, i64, crate::types::Value)], inner: &mut Inner) -> Box<[u8]> {
+fn pack(row_ts: Option<i64>, cells: &[(String, i64, crate::types::Value)], names: &mut Names) -> Box<[u8]> {
     use crate::types::Value;
     let mut out = Vec::with_capacity(
         16 + cells
@@ -536,18 +563,8 @@ fn pack(row_ts: Option<i64>, cells: &[(String, i64, crate::types::Value)], inner
     put_varint(&mut out, cells.len() as u64);
     let mut prev = 0i64;
     for (i, (name, ts, v)) in cells.iter().enumerate() {
-        let id = match inner.recent.get(i) {
-            Some(&id) if inner.names.get(id as usize).is_some_and(|(n, _)| n == name) => id,
-            _ => {
-                let id = inner.id(name);
-                inner.recent.truncate(i);
-                inner.recent.push(id);
-                id
-            }
-        };
-        if let Some((_, counts)) = inner.names.get_mut(id as usize) {
-            counts[v.value_type().index()] += 1;
-        }
+        let id = names.cell_id(i, name);
+        names.count(id, v);
         put_varint(&mut out, u64::from(id));
         put_varint(&mut out, zigzag(ts.wrapping_sub(prev)));
         prev = *ts;
@@ -721,10 +738,10 @@ mod tests {
             ("h".to_string(), 0, Value::String(String::new())),
         ];
         for row_ts in [None, Some(42), Some(i64::MIN)] {
-            let mut inner = Inner::default();
-            inner.id("z");
-            let packed = pack(row_ts, &cells, &mut inner);
-            let m = unpack(&packed, &inner.names);
+            let mut names = Names::default();
+            names.id("z");
+            let packed = pack(row_ts, &cells, &mut names);
+            let m = unpack(&packed, &names.columns);
             assert_eq!(
                 m,
                 Mutation::Put {
@@ -732,18 +749,18 @@ mod tests {
                     cells: cells.clone()
                 }
             );
-            assert_eq!(inner.names[inner.ids["c"] as usize].1, [0, 0, 1, 0, 0]);
+            assert_eq!(names.columns[names.ids["c"] as usize].1, [0, 0, 1, 0, 0]);
             // Every value is counted once per pack.
-            assert_eq!(inner.names.len(), 9);
-            assert!(Unpack::new(&packed, &inner.names).1.sorted);
+            assert_eq!(names.columns.len(), 9);
+            assert!(Unpack::new(&packed, &names.columns).1.sorted);
         }
         // Cells out of order (or a column twice) are marked, so that a
         // flush folds them instead of encoding them as they are.
-        let mut inner = Inner::default();
+        let mut names = Names::default();
         for bad in [[1, 0], [0, 0]] {
             let cells: Vec<_> = bad.iter().map(|&i| cells[i].clone()).collect();
-            let packed = pack(None, &cells, &mut inner);
-            assert!(!Unpack::new(&packed, &inner.names).1.sorted);
+            let packed = pack(None, &cells, &mut names);
+            assert!(!Unpack::new(&packed, &names.columns).1.sorted);
         }
     }
 
