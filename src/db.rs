@@ -767,6 +767,35 @@ impl Database {
     }
 }
 
+/// Writes queued with the committer (see [`Table::enqueue_batch`]):
+/// [`QueuedWrites::durable`] waits until they are durable and returns a
+/// result per write, in the order given.
+///
+/// [`Table::enqueue_batch`]: crate::Table::enqueue_batch
+#[must_use = "queued writes are committed either way; durable() tells whether they were"]
+pub struct QueuedWrites {
+    /// Per write: an error for one refused before queueing, else `Ok`.
+    results: Vec<Result<()>>,
+    /// The committer's answer for the valid writes; `None` when none was.
+    ack: Option<oneshot::Receiver<Result<u64>>>,
+}
+
+impl QueuedWrites {
+    /// Waits until the queued writes are durable; one result per write.
+    pub async fn durable(self) -> Result<Vec<Result<()>>> {
+        let QueuedWrites { mut results, ack } = self;
+        if let Some(ack) = ack {
+            let committed = ack.await.map_err(|_| Error::closed()).and_then(|r| r);
+            if let Err(e) = committed {
+                for r in results.iter_mut().filter(|r| r.is_ok()) {
+                    *r = Err(e.clone());
+                }
+            }
+        }
+        Ok(results)
+    }
+}
+
 impl DbInner {
     pub(crate) fn table_inner(&self, name: &str) -> Result<Arc<TableInner>> {
         self.shared
@@ -787,6 +816,18 @@ impl DbInner {
         &self,
         writes: impl IntoIterator<Item = (T, RowWrite)>,
     ) -> Result<Vec<Result<()>>> {
+        self.enqueue_many(writes).await?.durable().await
+    }
+
+    /// Validates each write and hands the valid ones to the committer as
+    /// one group. Returns once the group is queued: groups queued one after
+    /// another by one caller get ascending sequence numbers, so a caller
+    /// that pipelines (queues the next group before the previous one is
+    /// durable) keeps its writes in order.
+    pub(crate) async fn enqueue_many<T: AsRef<str>>(
+        &self,
+        writes: impl IntoIterator<Item = (T, RowWrite)>,
+    ) -> Result<QueuedWrites> {
         let now = self.now_ms();
         let mut results = Vec::new();
         let mut pending = Vec::new();
@@ -803,24 +844,28 @@ impl DbInner {
             });
             results.push(r);
         }
+        let mut ack = None;
         if !pending.is_empty() {
-            let committed = self.submit(pending).await;
-            for r in results.iter_mut().filter(|r| r.is_ok()) {
-                if let Err(e) = &committed {
-                    *r = Err(e.clone());
-                }
+            match self.enqueue(pending).await {
+                Ok(rx) => ack = Some(rx),
+                Err(e) => results
+                    .iter_mut()
+                    .filter(|r| r.is_ok())
+                    .for_each(|r| *r = Err(e.clone())),
             }
         }
-        Ok(results)
+        Ok(QueuedWrites { results, ack })
     }
 
-    pub(crate) async fn submit(&self, writes: Vec<PendingWrite>) -> Result<u64> {
+    /// Queues one group with the committer; the receiver resolves once the
+    /// group is durable (its first sequence number) or has failed.
+    async fn enqueue(&self, writes: Vec<PendingWrite>) -> Result<oneshot::Receiver<Result<u64>>> {
         let (done, rx) = oneshot::channel();
         self.commit_tx
             .send(CommitMsg::Write { writes, done })
             .await
             .map_err(|_| Error::closed())?;
-        rx.await.map_err(|_| Error::closed())?
+        Ok(rx)
     }
 
     /// Freezes the active memtable and waits until every frozen one is a
@@ -916,7 +961,7 @@ async fn delete_staged_uploads(tables: PathBuf) -> Result<()> {
     .map_err(|e| Error::io("delete staged uploads", e))?
 }
 
-fn lock_dir(root: &Path) -> Result<File> {
+pub(crate) fn lock_dir(root: &Path) -> Result<File> {
     let path = root.join("LOCK");
     let f = std::fs::OpenOptions::new()
         .create(true)

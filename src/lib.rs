@@ -35,6 +35,7 @@
 
 // The embedding API.
 mod api;
+mod check;
 mod clock;
 mod db;
 mod error;
@@ -47,8 +48,9 @@ pub use api::{
     ColumnValue, DeleteRow, Direction, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult,
     RowWrite, UpdateAction, UpdateRow,
 };
+pub use check::{CheckReport, FileCheck, FileState, check};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use db::{Database, TableDescription};
+pub use db::{Database, QueuedWrites, TableDescription};
 pub use error::{Error, ErrorKind, Result};
 pub use options::DbOptions;
 pub use row::ReadOptions;
@@ -62,6 +64,7 @@ pub use wal::{Durability, OsWalOpener, WalFile, WalOpener};
 
 // Storage components (crate-private).
 mod codec;
+mod crash_point;
 mod engine;
 mod key;
 mod manifest;

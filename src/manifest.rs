@@ -7,6 +7,13 @@
 //! `PutMode::Create`, which is atomic and refuses to overwrite on a local
 //! disk and on S3 alike, so two writers can never both commit version n.
 //! Versions older than the newest few are pruned after each commit.
+//!
+//! Every version is checksummed: the file is `{"crc32c":N,"body":...}`
+//! where N is the CRC-32C of the body's exact bytes, so a flipped bit or a
+//! truncation is reported with the file's name instead of being read as
+//! different data (a digit of `flushed_seq` changed by a bit flip is still
+//! valid JSON). Files written before checksums (a bare body) are read as
+//! they are.
 
 use futures::TryStreamExt;
 use object_store::path::Path;
@@ -74,16 +81,15 @@ impl ManifestLog {
         let Some(&n) = self.versions(store).await?.last() else {
             return Ok(None);
         };
-        let bytes = store.get(&self.path(n)).await?.bytes().await?;
-        let value = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::corruption(format!("manifest {} cannot be read: {e}", self.path(n))))?;
-        Ok(Some((n, value)))
+        let path = self.path(n);
+        let bytes = store.get(&path).await?.bytes().await?;
+        Ok(Some((n, decode(&path, &bytes)?)))
     }
 
     /// Commits `value` as version `n`; fails if version `n` already exists
     /// (another writer got there first).
     pub async fn commit<T: Serialize>(&self, store: &dyn ObjectStore, n: u64, value: &T) -> Result<()> {
-        let bytes = serde_json::to_vec(value).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+        let bytes = encode(value)?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -98,6 +104,7 @@ impl ManifestLog {
             }
             Err(e) => return Err(e.into()),
         }
+        crate::crash_point::hit("manifest.written");
         if n > KEEP_VERSIONS {
             for old in self.versions(store).await? {
                 if old + KEEP_VERSIONS < n {
@@ -109,5 +116,95 @@ impl ManifestLog {
             }
         }
         Ok(())
+    }
+}
+
+/// How every version file starts: a reader that sees anything else takes
+/// the file for one written before checksums.
+const ENVELOPE_START: &[u8] = b"{\"crc32c\":";
+
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    crc32c: u32,
+    #[serde(borrow)]
+    body: &'a serde_json::value::RawValue,
+}
+
+/// A version's file: the body's JSON wrapped with its CRC-32C.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    let body = serde_json::to_vec(value).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+    let mut out = Vec::with_capacity(body.len() + 32);
+    out.extend_from_slice(ENVELOPE_START);
+    out.extend_from_slice(crc32c::crc32c(&body).to_string().as_bytes());
+    out.extend_from_slice(b",\"body\":");
+    out.extend_from_slice(&body);
+    out.push(b'}');
+    Ok(out)
+}
+
+/// Reads a version's file, checking its checksum; `path` names it in errors.
+pub(crate) fn decode<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
+    let damaged = |what: String| Error::corruption(format!("{path} is damaged: {what}"));
+    if !bytes.starts_with(ENVELOPE_START) {
+        // Written before checksums (or damaged in its first bytes, which
+        // then fails to parse as the bare body).
+        return serde_json::from_slice(bytes).map_err(|e| damaged(format!("not a valid version file ({e})")));
+    }
+    let env: Envelope = serde_json::from_slice(bytes)
+        .map_err(|e| damaged(format!("not a valid version file ({e}); {} bytes", bytes.len())))?;
+    let body = env.body.get().as_bytes();
+    let actual = crc32c::crc32c(body);
+    if actual != env.crc32c {
+        return Err(damaged(format!(
+            "checksum mismatch (stored {:#010x}, computed {actual:#010x} over bytes {}..{})",
+            env.crc32c,
+            ENVELOPE_START.len(),
+            bytes.len()
+        )));
+    }
+    serde_json::from_slice(body).map_err(|e| damaged(format!("its contents do not parse ({e})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> TableManifest {
+        TableManifest {
+            flushed_seq: 1234567,
+            next_segment_id: 9,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn versions_round_trip_and_old_files_still_read() {
+        let path = Path::from("tables/1/manifest/00000000000000000001.json");
+        let bytes = encode(&sample()).unwrap();
+        assert_eq!(decode::<TableManifest>(&path, &bytes).unwrap(), sample());
+        let old = serde_json::to_vec(&sample()).unwrap();
+        assert_eq!(decode::<TableManifest>(&path, &old).unwrap(), sample());
+    }
+
+    /// Every single-bit flip and every truncation of a version file is an
+    /// error naming the file, never a different manifest.
+    #[test]
+    fn every_bit_flip_and_truncation_is_detected() {
+        let path = Path::from("tables/1/manifest/00000000000000000001.json");
+        let bytes = encode(&sample()).unwrap();
+        for i in 0..bytes.len() * 8 {
+            let mut b = bytes.clone();
+            b[i / 8] ^= 1 << (i % 8);
+            match decode::<TableManifest>(&path, &b) {
+                Err(e) => assert!(e.to_string().contains(path.as_ref()), "{e}"),
+                Ok(m) => assert_eq!(m, sample(), "bit {i} flipped read as a different manifest"),
+            }
+        }
+        for len in 0..bytes.len() {
+            assert!(
+                decode::<TableManifest>(&path, &bytes[..len]).is_err(),
+                "truncated to {len}"
+            );
+        }
     }
 }

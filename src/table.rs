@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::api::{
     DeleteRow, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult, RowWrite, UpdateRow,
 };
-use crate::db::DbInner;
+use crate::db::{DbInner, QueuedWrites};
 use crate::engine::compact;
 use crate::engine::scan::MergeScan;
 use crate::engine::table::TableInner;
@@ -145,6 +145,18 @@ impl Table {
     pub async fn write_batch(&self, writes: Vec<RowWrite>) -> Result<Vec<Result<()>>> {
         self.check_live()?;
         self.db.write_many(writes.into_iter().map(|w| (self.name(), w))).await
+    }
+
+    /// Queues several writes to this table as one group, like
+    /// [`Table::write_batch`], but returns as soon as the committer has them
+    /// instead of once they are durable. Groups queued one after another
+    /// are committed in that order (ascending sequence numbers), so a
+    /// loader can keep many groups in flight without reordering its writes:
+    /// queue in input order, then await [`QueuedWrites::durable`] of each.
+    /// Waits (backpressure) while the committer's queue is full.
+    pub async fn enqueue_batch(&self, writes: Vec<RowWrite>) -> Result<QueuedWrites> {
+        self.check_live()?;
+        self.db.enqueue_many(writes.into_iter().map(|w| (self.name(), w))).await
     }
 
     pub async fn put_row(&self, p: PutRow) -> Result<()> {

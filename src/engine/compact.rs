@@ -475,6 +475,7 @@ async fn commit(
     outputs: &mut [SegmentMeta],
     env: &FlushEnv,
 ) -> Result<bool> {
+    crate::crash_point::hit("compaction.outputs_written");
     let mut manifest = table.manifest.lock().await;
     if table.dropped.load(Ordering::Acquire) || *table.options.read() != *options {
         return Ok(false);
@@ -495,6 +496,7 @@ async fn commit(
     let version = manifest.0 + 1;
     table.manifest_log.commit(&*env.store, version, &next).await?;
     sync_object(env, table.manifest_log.path(version).as_ref()).await?;
+    crate::crash_point::hit("compaction.committed");
     *manifest = (version, next);
     {
         let mut st = table.state.write();

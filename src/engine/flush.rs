@@ -68,6 +68,7 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>, flushe
             meta.path = format!("tables/{}/segments/{:020}.parquet", table.id, meta.id);
             let size = bytes.len() as u64;
             put_durable(env, &meta.path, bytes).await?;
+            crate::crash_point::hit("flush.segment_written");
             table.stats.flush_bytes.fetch_add(size, Ordering::Relaxed);
             new_segment = Some(meta);
         }
@@ -82,6 +83,7 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>, flushe
         let version = manifest.0 + 1;
         table.manifest_log.commit(&*env.store, version, &next).await?;
         sync_object(env, table.manifest_log.path(version).as_ref()).await?;
+        crate::crash_point::hit("flush.committed");
         *manifest = (version, next);
         {
             let mut st = table.state.write();
@@ -112,9 +114,11 @@ pub(crate) async fn sync_object(env: &FlushEnv, path: &str) -> Result<()> {
     if let Some(root) = &env.local_root {
         let file = root.join(path);
         tokio::task::spawn_blocking(move || -> Result<()> {
-            std::fs::File::open(&file)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| Error::io(format!("fsync {}", file.display()), e))?;
+            let len = std::fs::File::open(&file)
+                .and_then(|f| f.sync_all().and_then(|_| f.metadata()))
+                .map_err(|e| Error::io(format!("fsync {}", file.display()), e))?
+                .len();
+            crate::crash_point::synced(&file, Some(len));
             if let Some(dir) = file.parent() {
                 crate::wal::sync_dir(dir)?;
             }

@@ -1057,7 +1057,7 @@ impl SingleReader {
             };
             match next {
                 Some(batch) => {
-                    let batch = batch.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
+                    let batch = batch.map_err(|e| crate::segment::read_error(&self.seg.meta.path, e))?;
                     let out = self.process(&batch, cx).await?;
                     if out.num_rows() > 0 {
                         return Ok(Some(out));

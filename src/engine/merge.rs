@@ -198,7 +198,7 @@ impl Cursor {
 impl Reader {
     async fn read(&mut self) -> Result<Option<RecordBatch>> {
         while let Some(b) = self.stream.next().await {
-            let b = b.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
+            let b = b.map_err(|e| crate::segment::read_error(&self.seg.meta.path, e))?;
             if b.num_rows() > 0 {
                 return Ok(Some(b));
             }

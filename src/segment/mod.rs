@@ -5,11 +5,13 @@
 //! range, columns) lives in the table manifest, so pruning needs no file
 //! open; the Parquet footer and page index are cached on first use.
 
+mod checksum;
 pub(crate) mod format;
 mod point;
 mod reader;
 mod writer;
 
+pub(crate) use checksum::verify_file;
 pub(crate) use point::partition;
 pub(crate) use reader::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch, view_type};
 pub(crate) use writer::{RowEncoder, SegmentBuilder, SegmentWriteOptions, encode_states};
@@ -62,6 +64,10 @@ pub(crate) struct SegmentMeta {
     /// (a flushed segment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<u64>,
+    /// The file's checksums (see [`checksum`]); `None` for segments
+    /// written before them, which are read unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<checksum::FileChecksum>,
 }
 
 impl SegmentMeta {
@@ -88,6 +94,9 @@ pub(crate) struct Segment {
     view_meta: OnceCell<ArrowReaderMetadata>,
     /// The `__pk` bloom filter of each row group, read once.
     blooms: OnceCell<Vec<Option<Sbbf>>>,
+    /// The data region's block checksums, from the footer (set with
+    /// `reader_meta` for a segment that has them).
+    checks: std::sync::OnceLock<Arc<checksum::BlockChecks>>,
     /// Set when no manifest references the file any more: it is deleted
     /// when the last reader holding this segment drops it.
     obsolete: AtomicBool,
@@ -127,6 +136,7 @@ impl Segment {
             reader_meta: OnceCell::new(),
             view_meta: OnceCell::new(),
             blooms: OnceCell::new(),
+            checks: std::sync::OnceLock::new(),
             obsolete: AtomicBool::new(false),
         }
     }
@@ -157,6 +167,23 @@ impl Segment {
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(err)?;
         Ok(Some(self.local_file.get_or_init(|| Arc::new(map)).clone()))
     }
+}
+
+/// The error of a failed segment read: a checksum mismatch or an object
+/// store failure passed through Parquet's reader as they are (they name
+/// the file), anything else as corruption (the file does not decode).
+pub(crate) fn read_error(path: &str, e: impl std::error::Error + 'static) -> crate::Error {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(x) = cur {
+        if let Some(ours) = x.downcast_ref::<crate::Error>() {
+            return ours.clone();
+        }
+        if let Some(store) = x.downcast_ref::<object_store::Error>() {
+            return crate::Error::io(format!("read segment {path}"), store);
+        }
+        cur = x.source();
+    }
+    crate::Error::corruption(format!("segment {path} does not decode: {e}"))
 }
 
 pub(crate) fn hex_encode(b: &[u8]) -> String {

@@ -22,6 +22,7 @@ use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnDescPtr;
 
+use super::checksum::BlockChecks;
 use super::format::{self, ROW_MERGE};
 use super::writer::decode_tombstones;
 use crate::error::{Error, Result};
@@ -31,6 +32,8 @@ use crate::types::Value;
 /// One row group of a mapped segment file.
 pub(crate) struct RowGroupFile<'a> {
     pub file: Arc<Bytes>,
+    /// The file's block checksums: pages are checked before they are read.
+    pub checks: Option<&'a BlockChecks>,
     pub md: &'a ParquetMetaData,
     pub rg: usize,
     /// For error messages.
@@ -66,12 +69,32 @@ impl RowGroupFile<'_> {
         let descr = self.leaf::<T>(leaf)?;
         let rg = self.md.row_group(self.rg);
         let total = rg.num_rows() as usize;
-        let pages = self
+        let all_pages = self
             .md
             .offset_index()
             .and_then(|o| o.get(self.rg))
             .and_then(|o| o.get(leaf))
-            .map(|o| pick_pages(o.page_locations(), rows));
+            .map(|o| o.page_locations());
+        let pages = all_pages.map(|all| pick_pages(all, rows));
+        if let Some(checks) = self.checks {
+            let chunk = rg.column(leaf);
+            let check = |r: Range<u64>| checks.check_mapped(&self.file, r);
+            match (&pages, all_pages) {
+                (Some(pages), Some(all)) => {
+                    // The dictionary page lies before the first data page.
+                    if let (Some(dict), Some(first)) = (chunk.dictionary_page_offset(), all.first()) {
+                        check(dict as u64..first.offset as u64)?;
+                    }
+                    for p in pages {
+                        check(p.offset as u64..p.offset as u64 + p.compressed_page_size as u64)?;
+                    }
+                }
+                _ => {
+                    let (start, len) = chunk.byte_range();
+                    check(start..start + len)?;
+                }
+            }
+        }
         let page_reader =
             SerializedPageReader::new(self.file.clone(), rg.column(leaf), total, pages).map_err(|e| self.err(e))?;
         let mut reader = ColumnReaderImpl::<T>::new(descr, Box::new(page_reader));

@@ -16,7 +16,6 @@ use arrow::datatypes::{Int64Type, UInt8Type, UInt16Type, UInt64Type};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use object_store::ObjectStoreExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
@@ -27,10 +26,10 @@ use parquet::file::page_index::column_index::{ByteArrayColumnIndex, ColumnIndexM
 use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::statistics::Statistics;
 
-use super::Segment;
 use super::format::{self, ROW_MERGE};
 use super::point::{RowGroupFile, partition};
 use super::writer::decode_tombstones;
+use super::{Segment, checksum};
 use crate::error::{Error, Result};
 use crate::key::KeyRange;
 use crate::row::RowState;
@@ -41,11 +40,38 @@ impl Segment {
     pub async fn reader_metadata(&self) -> Result<&ArrowReaderMetadata> {
         self.reader_meta
             .get_or_try_init(|| async {
+                let corrupt = |e| Error::corruption(format!("segment {}: {e}", self.meta.path));
                 let mut reader = self.object_reader(true);
+                // The footer is parsed only once the tail's checksum matched.
+                if let Some(sum) = &self.meta.checksum {
+                    let tail = reader
+                        .get_bytes(sum.data_bytes..self.meta.size_bytes)
+                        .await
+                        .map_err(corrupt)?;
+                    checksum::check_tail(&self.meta.path, sum, &tail)?;
+                    reader.tail = Some((sum.data_bytes, tail));
+                }
                 let opts = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-                ArrowReaderMetadata::load_async(&mut reader, opts)
+                let meta = ArrowReaderMetadata::load_async(&mut reader, opts)
                     .await
-                    .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+                    .map_err(corrupt)?;
+                if let Some(sum) = &self.meta.checksum {
+                    let table = meta
+                        .metadata()
+                        .file_metadata()
+                        .key_value_metadata()
+                        .and_then(|kv| kv.iter().find(|e| e.key == checksum::KEY))
+                        .and_then(|e| e.value.as_deref())
+                        .ok_or_else(|| {
+                            Error::corruption(format!(
+                                "segment {} is damaged: its manifest entry has checksums but its footer no block table",
+                                self.meta.path
+                            ))
+                        })?;
+                    let checks = checksum::BlockChecks::parse(&self.meta.path, sum.data_bytes, table)?;
+                    let _ = self.checks.set(Arc::new(checks));
+                }
+                Ok(meta)
             })
             .await
     }
@@ -75,6 +101,8 @@ impl Segment {
             path: self.object_path(),
             size: self.meta.size_bytes,
             local: if mapped { self.local_file().ok().flatten() } else { None },
+            checks: self.checks.get().cloned(),
+            tail: None,
         }
     }
 
@@ -150,6 +178,7 @@ impl Segment {
             }
             let group = RowGroupFile {
                 file: file.clone(),
+                checks: self.checks.get().map(|c| &**c),
                 md,
                 rg,
                 path: &self.meta.path,
@@ -354,6 +383,13 @@ pub(crate) struct SegmentFileReader {
     size: u64,
     /// Set on a local disk: the file mapped into memory, read without copies.
     local: Option<Arc<memmap2::Mmap>>,
+    /// The block checksums every read of the data region is checked
+    /// against (`None` for a segment without them, or before its footer
+    /// was read).
+    checks: Option<Arc<checksum::BlockChecks>>,
+    /// The file's tail (page index and footer) from this offset, already
+    /// read and checked while the footer is loaded.
+    tail: Option<(u64, Bytes)>,
 }
 
 /// A range of a mapped segment, owned by `Bytes` without copying.
@@ -380,13 +416,59 @@ fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
     parquet::errors::ParquetError::External(Box::new(e))
 }
 
+fn checksum_err(e: Error) -> parquet::errors::ParquetError {
+    parquet::errors::ParquetError::External(Box::new(e))
+}
+
+impl SegmentFileReader {
+    /// `range` of the mapped file, its blocks checked.
+    fn read_mapped(&self, map: &Arc<memmap2::Mmap>, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
+        let bytes = read_local(map, range.clone())?;
+        if let Some(c) = &self.checks {
+            c.check_mapped(map, range).map_err(checksum_err)?;
+        }
+        Ok(bytes)
+    }
+
+    /// The part of the already read tail that is `range`, if it lies there.
+    fn from_tail(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
+        let (start, tail) = self.tail.as_ref()?;
+        (range.start >= *start && range.end <= start + tail.len() as u64)
+            .then(|| tail.slice((range.start - start) as usize..(range.end - start) as usize))
+    }
+
+    /// Reads `ranges` through the object store, each widened to whole
+    /// checksum blocks, checked and cut back.
+    async fn read_checked(&self, ranges: Vec<std::ops::Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
+        let Some(c) = &self.checks else {
+            return self.store.get_ranges(&self.path, &ranges).await.map_err(to_parquet_err);
+        };
+        let wide: Vec<_> = ranges.iter().map(|r| c.whole_blocks(r)).collect();
+        let fetched = self.store.get_ranges(&self.path, &wide).await.map_err(to_parquet_err)?;
+        let mut out = Vec::with_capacity(ranges.len());
+        for ((r, w), b) in ranges.iter().zip(&wide).zip(fetched) {
+            c.check_fetched(w, &b).map_err(checksum_err)?;
+            out.push(b.slice((r.start - w.start) as usize..(r.end - w.start) as usize));
+        }
+        Ok(out)
+    }
+}
+
 impl AsyncFileReader for SegmentFileReader {
     fn get_bytes(&mut self, range: std::ops::Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        if let Some(b) = self.from_tail(&range) {
+            return async move { Ok(b) }.boxed();
+        }
         if let Some(f) = &self.local {
-            let r = read_local(f, range);
+            let r = self.read_mapped(f, range);
             return async move { r }.boxed();
         }
-        async move { self.store.get_range(&self.path, range).await.map_err(to_parquet_err) }.boxed()
+        async move {
+            let mut v = self.read_checked(vec![range]).await?;
+            v.pop()
+                .ok_or_else(|| parquet::errors::ParquetError::General("empty read".into()))
+        }
+        .boxed()
     }
 
     fn get_byte_ranges(
@@ -394,10 +476,10 @@ impl AsyncFileReader for SegmentFileReader {
         ranges: Vec<std::ops::Range<u64>>,
     ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         if let Some(f) = &self.local {
-            let r = ranges.into_iter().map(|r| read_local(f, r)).collect();
+            let r = ranges.into_iter().map(|r| self.read_mapped(f, r)).collect();
             return async move { r }.boxed();
         }
-        async move { self.store.get_ranges(&self.path, &ranges).await.map_err(to_parquet_err) }.boxed()
+        async move { self.read_checked(ranges).await }.boxed()
     }
 
     fn get_metadata<'a>(
@@ -538,7 +620,7 @@ impl SegmentCursor {
             .build()
             .map_err(|e| Error::corruption(format!("segment {}: {e}", self.seg.meta.path)))?;
         while let Some(batch) = stream.next().await {
-            let batch = batch.map_err(|e| Error::io(format!("read segment {}", self.seg.meta.path), e))?;
+            let batch = batch.map_err(|e| super::read_error(&self.seg.meta.path, e))?;
             decode_batch(&batch, &self.range, out)
                 .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
         }

@@ -13,6 +13,7 @@ use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
+use super::checksum::{self, ChecksumWriter};
 use super::format::{self, ROW_DELETED, ROW_MERGE, ROW_REPLACE, TypeSet};
 use super::{SegmentMeta, hex_encode};
 use crate::codec;
@@ -60,8 +61,9 @@ pub(crate) struct SegmentBuilder<W: std::io::Write + Send = Vec<u8>> {
     opts: SegmentWriteOptions,
     columns: Vec<(String, TypeSet)>,
     schema: Arc<Schema>,
-    /// The Parquet writer, opened on the first batch (see [`Output`]).
-    out: Output<W>,
+    /// The Parquet writer, opened on the first batch (see [`Output`]),
+    /// over the sink through the file's checksums.
+    out: Output<ChecksumWriter<W>>,
     /// Sizes the `__pk` bloom filter.
     expected_keys: usize,
     batch: BatchBuilder,
@@ -122,7 +124,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             opts,
             columns,
             schema,
-            out: Output::Pending(Some(sink)),
+            out: Output::Pending(Some(ChecksumWriter::new(sink))),
             expected_keys,
             batch,
             num_rows: 0,
@@ -270,7 +272,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
 
     /// The Parquet writer; opened on the first batch, `first`, whose key
     /// columns choose their encoding (see [`plain_key_columns`]).
-    fn writer(&mut self, first: &RecordBatch) -> Result<&mut ArrowWriter<W>> {
+    fn writer(&mut self, first: &RecordBatch) -> Result<&mut ArrowWriter<ChecksumWriter<W>>> {
         if let Output::Pending(sink) = &mut self.out {
             let sink = sink
                 .take()
@@ -305,8 +307,8 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     /// writer failed to open over it).
     pub fn sink_mut(&mut self) -> Option<&mut W> {
         match &mut self.out {
-            Output::Open(w) => Some(w.inner_mut()),
-            Output::Pending(sink) => sink.as_mut(),
+            Output::Open(w) => Some(w.inner_mut().get_mut()),
+            Output::Pending(sink) => sink.as_mut().map(ChecksumWriter::get_mut),
         }
     }
 
@@ -316,10 +318,16 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         if self.batch.rows > 0 || matches!(self.out, Output::Pending(_)) {
             self.write_batch()?;
         }
-        let Output::Open(writer) = self.out else {
+        let Output::Open(mut writer) = self.out else {
             return Err(Error::corruption("a segment writer failed to open"));
         };
-        let bytes = writer.into_inner()?;
+        // The data region ends with the last row group; the block table
+        // goes into the footer, which the tail checksum covers.
+        writer.flush()?;
+        writer.sync().map_err(|e| Error::io("write a segment", e))?;
+        let table = writer.inner_mut().end_data();
+        writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(checksum::KEY.to_string(), table));
+        let (bytes, checksum) = writer.into_inner()?.finish();
         let meta = SegmentMeta {
             id: 0,
             path: String::new(),
@@ -341,6 +349,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             dead_keys: Some(self.batch.dead_keys + self.copied.dead_keys),
             max_ts: Some(self.batch.newest_ts.max(self.copied.newest_ts)),
             run: None,
+            checksum,
         };
         Ok((bytes, meta))
     }

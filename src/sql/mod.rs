@@ -188,7 +188,24 @@ impl SqlSession {
             plan,
             datafusion::logical_expr::LogicalPlan::Dml(_) | datafusion::logical_expr::LogicalPlan::Copy(_)
         );
-        let df = self.ctx.execute_logical_plan(plan).await?;
+        let is_insert = matches!(
+            &plan,
+            datafusion::logical_expr::LogicalPlan::Dml(d) if matches!(d.op, datafusion::logical_expr::WriteOp::Insert(_))
+        );
+        let df = if is_insert {
+            // An INSERT applies its rows in the source's order (the last
+            // row of a key wins): one partition reads a file in file order,
+            // and an ORDER BY reaches the sink in its order. Several
+            // partitions would be interleaved as they happen to arrive.
+            let mut config = state.config().clone();
+            config.options_mut().execution.target_partitions = 1;
+            let single = datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
+                .with_config(config)
+                .build();
+            datafusion::dataframe::DataFrame::new(single, plan)
+        } else {
+            self.ctx.execute_logical_plan(plan).await?
+        };
         if is_ddl {
             df.collect().await?;
             return Ok(StatementOutput::Done("OK".into()));

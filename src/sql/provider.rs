@@ -451,11 +451,14 @@ impl Pipeline {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.pending);
-        let t = self.table.clone();
         let first = self.sent as usize;
         self.sent += batch.len() as u64;
+        // Queued here, in statement order (the committer numbers writes in
+        // the order they are queued); only the wait for durability is
+        // pipelined.
+        let queued = self.table.enqueue_batch(batch).await.map_err(df_err)?;
         self.in_flight
-            .push_back(Box::pin(async move { t.write_batch(batch).await.map(|r| (first, r)) }));
+            .push_back(Box::pin(async move { queued.durable().await.map(|r| (first, r)) }));
         while self.in_flight.len() >= WRITES_IN_FLIGHT {
             self.settle_one().await?;
         }

@@ -1,19 +1,28 @@
 //! The write-ahead log.
 //!
-//! Files `wal/NNNNNNNNNNNNNNNNNNNN.log`, numbered upwards, each a sequence of
-//! records `[len: u32 LE][crc32c(payload): u32 LE][payload]`. One record is
-//! one group commit: every write drained by the committer in one round, so a
-//! record is either replayed whole or not at all (a batch is atomic).
+//! Files `wal/NNNNNNNNNNNNNNNNNNNN.log`, numbered upwards. A file starts
+//! with [`MAGIC`], then holds records
+//! `[len: u32 LE][crc32c(payload): u32 LE][crc32c(the first 8 bytes): u32 LE][payload]`.
+//! One record is one group commit: every write drained by the committer in
+//! one round, so a record is either replayed whole or not at all (a batch
+//! is atomic).
 //!
 //! Recovery reads the files in order. Only the newest file can end in a torn
-//! record (a crash mid-append): it is cut off there. A bad record anywhere
-//! else is corruption and opening fails with an error naming the file and
-//! offset, rather than silently dropping acknowledged writes.
+//! record (a crash mid-append): a header cut short, a payload cut short, or
+//! the file's very last record with a bad payload checksum; it is cut off
+//! there. Anything else is corruption and opening fails with an error naming
+//! the file and offset, rather than silently dropping acknowledged writes.
+//! The header's own checksum is what tells the two apart: without it, a
+//! flipped bit that made a middle record's length run past the end of the
+//! file looked like a torn tail, and every later record was dropped.
+//!
+//! Files without the magic were written before it (records with the
+//! 8-byte header `[len][crc32c(payload)]`) and are read as such.
 
 mod reader;
 mod writer;
 
-pub(crate) use reader::replay;
+pub(crate) use reader::{file_numbers, read_file, replay};
 pub use writer::{OsWalOpener, WalFile, WalOpener};
 pub(crate) use writer::{WalWriter, sync_dir};
 
@@ -21,7 +30,26 @@ use crate::codec::{self, Reader};
 use crate::error::Result;
 use crate::row::Mutation;
 
-pub(crate) const HEADER_LEN: usize = 8;
+/// The first bytes of every WAL file (its first four, read as a length of
+/// the old format, would be over 1 GiB: no old file starts with them).
+pub(crate) const MAGIC: &[u8; 8] = b"CWAL\x02\r\n\x1a";
+
+/// A record's header: length, payload checksum, header checksum.
+pub(crate) const HEADER_LEN: usize = 12;
+
+/// The header of files written before [`MAGIC`]: length, payload checksum.
+pub(crate) const OLD_HEADER_LEN: usize = 8;
+
+/// A record's header for a payload.
+pub(crate) fn record_header(payload: &[u8]) -> Result<[u8; HEADER_LEN]> {
+    let len = u32::try_from(payload.len()).map_err(|_| crate::Error::param("group commit larger than 4 GiB"))?;
+    let mut h = [0u8; HEADER_LEN];
+    h[0..4].copy_from_slice(&len.to_le_bytes());
+    h[4..8].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    let hcrc = crc32c::crc32c(&h[0..8]);
+    h[8..12].copy_from_slice(&hcrc.to_le_bytes());
+    Ok(h)
+}
 
 /// One row write as logged.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{HEADER_LEN, WalEntry, decode_payload, file_name};
+use super::{HEADER_LEN, MAGIC, OLD_HEADER_LEN, WalEntry, decode_payload, file_name};
 use crate::error::{Error, Result};
 
 /// What recovery found.
@@ -19,6 +19,98 @@ pub(crate) struct Replayed {
 /// newest file is cut off (the file is truncated there); a bad record
 /// anywhere else fails with a corruption error.
 pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
+    let numbers = file_numbers(dir)?;
+    let mut out = Replayed {
+        entries: Vec::new(),
+        files: Vec::new(),
+        torn_bytes: 0,
+    };
+    for (i, &number) in numbers.iter().enumerate() {
+        let is_last = i + 1 == numbers.len();
+        let path = dir.join(file_name(number));
+        let data = std::fs::read(&path).map_err(|e| Error::io(format!("read WAL file {}", path.display()), e))?;
+        let read = read_file(&path, &data, is_last)?;
+        if let Some(pos) = read.torn_at {
+            out.torn_bytes = (data.len() - pos) as u64;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| Error::io(format!("open WAL file {}", path.display()), e))?;
+            f.set_len(pos as u64)
+                .and_then(|_| f.sync_all())
+                .map_err(|e| Error::io(format!("truncate torn tail of WAL file {}", path.display()), e))?;
+        }
+        out.entries.extend(read.entries);
+        out.files.push((number, read.max_seq));
+    }
+    Ok(out)
+}
+
+/// One WAL file's records.
+pub(crate) struct FileRead {
+    pub entries: Vec<WalEntry>,
+    pub max_seq: u64,
+    /// Where a torn tail starts (only in the newest file).
+    pub torn_at: Option<usize>,
+}
+
+/// Reads the records of one WAL file (`data`, read from `path`); a torn
+/// tail is accepted only when `is_last`. Changes nothing on disk.
+pub(crate) fn read_file(path: &Path, data: &[u8], is_last: bool) -> Result<FileRead> {
+    let mut out = FileRead {
+        entries: Vec::new(),
+        max_seq: 0,
+        torn_at: None,
+    };
+    let (mut pos, format) = match file_format(data) {
+        Some(f) => f,
+        // A crash right after the file was created: part of the magic,
+        // cut off like a torn record (an empty file reads as no records).
+        None if is_last && data.len() < MAGIC.len() && MAGIC.starts_with(data) => {
+            out.torn_at = Some(0);
+            return Ok(out);
+        }
+        None => {
+            return Err(Error::corruption(format!(
+                "WAL file {} is damaged: it is {} bytes long and does not start with a WAL file's first bytes",
+                path.display(),
+                data.len()
+            )));
+        }
+    };
+    while pos < data.len() {
+        match parse_record(&data[pos..], format) {
+            Ok((payload, len)) => {
+                let entries = decode_payload(payload).map_err(|e| {
+                    Error::corruption(format!("WAL file {} at offset {pos}: {}", path.display(), e.message()))
+                })?;
+                out.max_seq = entries.iter().map(|e| e.seq).fold(out.max_seq, u64::max);
+                out.entries.extend(entries);
+                pos += len;
+            }
+            Err(RecordError::Torn) if is_last => {
+                out.torn_at = Some(pos);
+                break;
+            }
+            Err(e) => {
+                return Err(Error::corruption(format!(
+                    "WAL file {} is corrupt at offset {pos} ({}); it is not the newest file's tail, so acknowledged writes \
+                     would be lost by skipping it. Restore the file or move it away to open the database without it",
+                    path.display(),
+                    match e {
+                        RecordError::Torn => "record cut short",
+                        RecordError::Checksum => "checksum mismatch",
+                        RecordError::Header => "record header checksum mismatch",
+                    }
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The numbers of the WAL files in `dir`, ascending.
+pub(crate) fn file_numbers(dir: &Path) -> Result<Vec<u64>> {
     let mut numbers = Vec::new();
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(format!("list WAL directory {}", dir.display()), e))?;
     for ent in rd {
@@ -30,54 +122,7 @@ pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
         }
     }
     numbers.sort_unstable();
-    let mut out = Replayed {
-        entries: Vec::new(),
-        files: Vec::new(),
-        torn_bytes: 0,
-    };
-    for (i, &number) in numbers.iter().enumerate() {
-        let is_last = i + 1 == numbers.len();
-        let path = dir.join(file_name(number));
-        let data = std::fs::read(&path).map_err(|e| Error::io(format!("read WAL file {}", path.display()), e))?;
-        let mut pos = 0usize;
-        let mut max_seq = 0;
-        while pos < data.len() {
-            match parse_record(&data[pos..]) {
-                Ok((payload, len)) => {
-                    let entries = decode_payload(payload).map_err(|e| {
-                        Error::corruption(format!("WAL file {} at offset {pos}: {}", path.display(), e.message()))
-                    })?;
-                    max_seq = entries.iter().map(|e| e.seq).fold(max_seq, u64::max);
-                    out.entries.extend(entries);
-                    pos += len;
-                }
-                Err(RecordError::Torn) if is_last => {
-                    out.torn_bytes = (data.len() - pos) as u64;
-                    let f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(&path)
-                        .map_err(|e| Error::io(format!("open WAL file {}", path.display()), e))?;
-                    f.set_len(pos as u64)
-                        .and_then(|_| f.sync_all())
-                        .map_err(|e| Error::io(format!("truncate torn tail of WAL file {}", path.display()), e))?;
-                    break;
-                }
-                Err(e) => {
-                    return Err(Error::corruption(format!(
-                        "WAL file {} is corrupt at offset {pos} ({}); it is not the newest file's tail, so acknowledged writes \
-                         would be lost by skipping it. Restore the file or move it away to open the database without it",
-                        path.display(),
-                        match e {
-                            RecordError::Torn => "record cut short",
-                            RecordError::Checksum => "checksum mismatch",
-                        }
-                    )));
-                }
-            }
-        }
-        out.files.push((number, max_seq));
-    }
-    Ok(out)
+    Ok(numbers)
 }
 
 enum RecordError {
@@ -85,19 +130,53 @@ enum RecordError {
     Torn,
     /// Complete, but its checksum is wrong.
     Checksum,
+    /// The header's own checksum is wrong: its length cannot be trusted.
+    Header,
 }
 
-fn parse_record(data: &[u8]) -> Result<(&[u8], usize), RecordError> {
-    if data.len() < HEADER_LEN {
+#[derive(Clone, Copy)]
+enum Format {
+    /// Files with [`MAGIC`]: 12-byte record headers.
+    Current,
+    /// Files written before it: 8-byte headers, no header checksum.
+    Old,
+}
+
+/// Where a file's first record starts, and the format of its records;
+/// `None` for a file that is neither: at most a prefix of the magic (a
+/// crash right after creating it), or damaged in its first bytes. An old
+/// file is one whose first record reads whole with the old header, so a
+/// damaged magic is not mistaken for an old file whose "torn" first
+/// record would be cut off with every record after it.
+fn file_format(data: &[u8]) -> Option<(usize, Format)> {
+    if data.starts_with(MAGIC) {
+        return Some((MAGIC.len(), Format::Current));
+    }
+    if data.is_empty() || parse_record(data, Format::Old).is_ok() {
+        return Some((0, Format::Old));
+    }
+    None
+}
+
+fn parse_record(data: &[u8], format: Format) -> Result<(&[u8], usize), RecordError> {
+    let header = match format {
+        Format::Current => HEADER_LEN,
+        Format::Old => OLD_HEADER_LEN,
+    };
+    if data.len() < header {
         return Err(RecordError::Torn);
     }
-    let len = u32::from_le_bytes([data[0], data[1], data[2], data[3]]) as usize;
-    let crc = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
-    let end = HEADER_LEN.checked_add(len).ok_or(RecordError::Torn)?;
+    let word = |i: usize| u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+    if matches!(format, Format::Current) && crc32c::crc32c(&data[..8]) != word(8) {
+        return Err(RecordError::Header);
+    }
+    let len = word(0) as usize;
+    let crc = word(4);
+    let end = header.checked_add(len).ok_or(RecordError::Torn)?;
     if end > data.len() {
         return Err(RecordError::Torn);
     }
-    let payload = &data[HEADER_LEN..end];
+    let payload = &data[header..end];
     if crc32c::crc32c(payload) != crc {
         // A bad checksum on the very last record is a torn write too: the
         // length made it to disk but not all of the payload.
@@ -149,10 +228,63 @@ mod tests {
         );
         // flip a byte in the first record
         let mut bad = std::fs::read(&path).unwrap();
-        bad[HEADER_LEN + 1] ^= 0xFF;
+        bad[MAGIC.len() + HEADER_LEN + 1] ^= 0xFF;
         std::fs::write(&path, &bad).unwrap();
         let err = replay(dir.path()).err().unwrap();
         assert_eq!(err.kind(), crate::ErrorKind::Corruption);
-        assert!(err.message().contains("offset 0"), "{}", err.message());
+        assert!(
+            err.message().contains(&format!("offset {}", MAGIC.len())),
+            "{}",
+            err.message()
+        );
+    }
+
+    /// A flipped bit anywhere in a WAL file that is not the newest file's
+    /// last record never drops records silently: replay either returns
+    /// every record or fails naming the file. Before the header checksum,
+    /// a flip in a middle record's length read as a torn tail and cut off
+    /// every record after it.
+    #[test]
+    fn a_flipped_bit_never_drops_later_records() {
+        let dir = tempfile::tempdir().unwrap();
+        write_records(dir.path(), 6);
+        let path = dir.path().join(file_name(1));
+        let full = std::fs::read(&path).unwrap();
+        let record = (full.len() - MAGIC.len()) / 6;
+        // Every bit before the last record.
+        for bit in 0..(full.len() - record) * 8 {
+            let mut bad = full.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            std::fs::write(&path, &bad).unwrap();
+            match replay(dir.path()) {
+                Ok(r) => panic!("bit {bit}: read {} records and no error", r.entries.len()),
+                Err(e) => assert!(e.message().contains(&file_name(1)), "{}", e.message()),
+            }
+        }
+        // A crash right after the file was created leaves part of the
+        // magic: cut off, so that the file reads as empty once it is no
+        // longer the newest.
+        std::fs::write(&path, &MAGIC[..3]).unwrap();
+        assert_eq!(replay(dir.path()).unwrap().entries.len(), 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        std::fs::write(dir.path().join(file_name(2)), MAGIC).unwrap();
+        assert_eq!(replay(dir.path()).unwrap().entries.len(), 0);
+    }
+
+    /// Files written before the magic (8-byte headers) still replay.
+    #[test]
+    fn files_of_the_old_format_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = Vec::new();
+        for seq in 1..=3u64 {
+            let mut p = Vec::new();
+            encode_entry(&mut p, seq, 7, b"k", &Mutation::Delete);
+            file.extend_from_slice(&(p.len() as u32).to_le_bytes());
+            file.extend_from_slice(&crc32c::crc32c(&p).to_le_bytes());
+            file.extend_from_slice(&p);
+        }
+        std::fs::write(dir.path().join(file_name(1)), &file).unwrap();
+        let r = replay(dir.path()).unwrap();
+        assert_eq!(r.entries.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
     }
 }

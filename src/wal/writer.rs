@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Durability, HEADER_LEN, file_name};
+use super::{Durability, HEADER_LEN, MAGIC, file_name, record_header};
 use crate::error::{Error, Result};
 
 /// The WAL's appender. Owned by the committer thread; not shared.
@@ -58,10 +58,8 @@ impl WalWriter {
         if self.size >= self.file_limit {
             self.rotate()?;
         }
-        let len = u32::try_from(payload.len()).map_err(|_| Error::param("group commit larger than 4 GiB"))?;
         let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
-        buf.extend_from_slice(&len.to_le_bytes());
-        buf.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+        buf.extend_from_slice(&record_header(payload)?);
         buf.extend_from_slice(payload);
         self.file.append(&buf).map_err(|e| self.err("append to", e))?;
         self.size += buf.len() as u64;
@@ -80,6 +78,10 @@ impl WalWriter {
         if self.dirty {
             self.file.sync().map_err(|e| self.err("fsync", e))?;
             self.dirty = false;
+            crate::crash_point::synced(
+                &self.dir.join(file_name(self.number)),
+                Some(MAGIC.len() as u64 + self.size),
+            );
         }
         self.last_sync = Instant::now();
         Ok(())
@@ -94,6 +96,7 @@ impl WalWriter {
         self.sealed.push((self.number, self.max_seq));
         self.number += 1;
         self.file = open_new(&*self.opener, &self.dir, self.number)?;
+        crate::crash_point::hit("wal.switched");
         self.size = 0;
         self.max_seq = 0;
         Ok(())
@@ -135,9 +138,14 @@ impl WalWriter {
 
 fn open_new(opener: &dyn WalOpener, dir: &Path, number: u64) -> Result<Box<dyn WalFile>> {
     let path = dir.join(file_name(number));
-    let file = opener
+    let mut file = opener
         .create(&path)
+        .and_then(|mut f| f.append(MAGIC).map(|_| f))
         .map_err(|e| Error::io(format!("create WAL file {}", path.display()), e))?;
+    // The magic reaches the disk with the first record's sync; a crash
+    // before that leaves a file that is empty or holds part of the magic,
+    // which recovery reads as empty.
+    let _ = &mut file;
     sync_dir(dir)?;
     Ok(file)
 }
@@ -180,5 +188,7 @@ impl WalFile for File {
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("fsync directory {}", dir.display()), e))
+        .map_err(|e| Error::io(format!("fsync directory {}", dir.display()), e))?;
+    crate::crash_point::synced(dir, None);
+    Ok(())
 }

@@ -1,0 +1,70 @@
+//! Crash points: named places where a crash test can make the process die
+//! at once, as a SIGKILL or a power cut would, to aim at the moments where
+//! a crash is most likely to lose data: a flush or compaction commit, a
+//! manifest write, a WAL file switch.
+//!
+//! `CELLAR_CRASH_POINT=NAME[:N]` in the environment makes the process abort
+//! (no destructors, no buffered output, no flush) the Nth time (default the
+//! first) it passes the point `NAME`. Without the variable every point costs
+//! one read of an initialised `OnceLock`. The points:
+//!
+//! | name | where |
+//! |---|---|
+//! | `wal.switched` | a new WAL file was created, the old one sealed |
+//! | `flush.segment_written` | a flushed segment is durable, its manifest not yet written |
+//! | `flush.committed` | the manifest naming it is durable, the memtable not yet dropped |
+//! | `compaction.outputs_written` | a compaction's outputs are durable, not yet committed |
+//! | `compaction.committed` | the manifest swapping inputs for outputs is durable |
+//! | `manifest.written` | any manifest or catalog version was written, older ones not yet pruned |
+//!
+//! `CELLAR_SYNC_LOG=FILE` makes the process append a line to FILE after
+//! every fsync it completes: `<unix ns> file <bytes> <path>` (the file is
+//! durable up to that length) or `<unix ns> dir <path>` (the directory's
+//! entries are). A power-cut test kills the process, then drops from the
+//! data directory every byte and file the log does not show as durable.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// Passes the crash point `name` (see the module docs).
+pub(crate) fn hit(name: &str) {
+    static TARGET: OnceLock<Option<(String, AtomicU64)>> = OnceLock::new();
+    let target = TARGET.get_or_init(|| {
+        let spec = std::env::var("CELLAR_CRASH_POINT").ok()?;
+        let (point, n) = match spec.split_once(':') {
+            Some((p, n)) => (p.to_string(), n.parse().unwrap_or(1)),
+            None => (spec, 1),
+        };
+        Some((point, AtomicU64::new(n)))
+    });
+    if let Some((point, left)) = target
+        && point == name
+        && left.fetch_sub(1, Ordering::Relaxed) == 1
+    {
+        std::process::abort();
+    }
+}
+
+/// Logs a completed fsync of a file durable up to `len` bytes, or of a
+/// directory (`len = None`); see the module docs.
+pub(crate) fn synced(path: &Path, len: Option<u64>) {
+    static LOG: OnceLock<Option<Mutex<std::fs::File>>> = OnceLock::new();
+    let log = LOG.get_or_init(|| {
+        let path = std::env::var_os("CELLAR_SYNC_LOG")?;
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(path).ok()?;
+        Some(Mutex::new(f))
+    });
+    let Some(log) = log else { return };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let line = match len {
+        Some(n) => format!("{now} file {n} {}\n", path.display()),
+        None => format!("{now} dir {}\n", path.display()),
+    };
+    if let Ok(mut f) = log.lock() {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
