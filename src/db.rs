@@ -714,13 +714,13 @@ impl Database {
         let version = cat.0 + 1;
         self.inner
             .catalog_log
-            .commit(&*self.inner.store, version, &next)
+            .commit(
+                &*self.inner.store,
+                self.inner.shared.flush_env.local_root.as_deref(),
+                version,
+                &next,
+            )
             .await?;
-        flush::sync_object(
-            &self.inner.shared.flush_env,
-            self.inner.catalog_log.path(version).as_ref(),
-        )
-        .await?;
         *cat = (version, next);
         Ok(())
     }

@@ -8,6 +8,14 @@
 //! disk and on S3 alike, so two writers can never both commit version n.
 //! Versions older than the newest few are pruned after each commit.
 //!
+//! A version is durable when `commit` returns. On a local disk it is
+//! written to `NNN.json.tmp`, fsynced, hard-linked to its name (which, like
+//! `PutMode::Create`, refuses to overwrite) and its directory fsynced: after
+//! a power cut a version is there whole or not at all. (`object_store`'s
+//! local `put` renames an unsynced staging file into place, so a cut could
+//! leave a torn newest version, and the database would not open.) A
+//! leftover `.tmp` file is deleted by the next `load`.
+//!
 //! Every version is checksummed: the file is `{"crc32c":N,"body":...}`
 //! where N is the CRC-32C of the body's exact bytes, so a flipped bit or a
 //! truncation is reported with the file's name instead of being read as
@@ -68,6 +76,13 @@ impl ManifestLog {
 
     async fn versions(&self, store: &dyn ObjectStore) -> Result<Vec<u64>> {
         let metas: Vec<_> = store.list(Some(&self.prefix)).try_collect().await?;
+        // A commit a crash interrupted on a local disk.
+        for m in metas.iter().filter(|m| m.location.as_ref().ends_with(".json.tmp")) {
+            match store.delete(&m.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let mut ns: Vec<u64> = metas
             .iter()
             .filter_map(|m| m.location.filename()?.strip_suffix(".json")?.parse().ok())
@@ -86,23 +101,42 @@ impl ManifestLog {
         Ok(Some((n, decode(&path, &bytes)?)))
     }
 
-    /// Commits `value` as version `n`; fails if version `n` already exists
-    /// (another writer got there first).
-    pub async fn commit<T: Serialize>(&self, store: &dyn ObjectStore, n: u64, value: &T) -> Result<()> {
+    /// Commits `value` as version `n`, durably; fails if version `n`
+    /// already exists (another writer got there first). `local_root`: the
+    /// directory behind `store` when it is a local disk.
+    pub async fn commit<T: Serialize>(
+        &self,
+        store: &dyn ObjectStore,
+        local_root: Option<&std::path::Path>,
+        n: u64,
+        value: &T,
+    ) -> Result<()> {
         let bytes = encode(value)?;
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
+        let taken = || {
+            Error::new(
+                ErrorKind::Io,
+                format!("manifest version {} was committed by another writer", self.path(n)),
+            )
         };
-        match store.put_opts(&self.path(n), PutPayload::from(bytes), opts).await {
-            Ok(_) => {}
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!("manifest version {} was committed by another writer", self.path(n)),
-                ));
+        if let Some(root) = local_root {
+            let path = root.join(self.path(n).as_ref());
+            tokio::task::spawn_blocking(move || write_durably(&path, &bytes))
+                .await
+                .map_err(|e| Error::io("manifest write task", e))?
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => taken(),
+                    _ => Error::io(format!("commit manifest version {}", self.path(n)), e),
+                })?;
+        } else {
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            };
+            match store.put_opts(&self.path(n), PutPayload::from(bytes), opts).await {
+                Ok(_) => {}
+                Err(object_store::Error::AlreadyExists { .. }) => return Err(taken()),
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => return Err(e.into()),
         }
         crate::crash_point::hit("manifest.written");
         if n > KEEP_VERSIONS {
@@ -117,6 +151,31 @@ impl ManifestLog {
         }
         Ok(())
     }
+}
+
+/// Writes a new file at `path` that is whole and durable when this
+/// returns, or absent: temp file, fsync, hard link (fails with
+/// `AlreadyExists` if `path` exists), directory fsync.
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("a manifest path has no directory"))?;
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        // The content is durable under whichever name the link gives it.
+        crate::crash_point::synced(path, Some(bytes.len() as u64));
+        std::fs::hard_link(&tmp, path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result?;
+    crate::wal::sync_dir(dir).map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// How every version file starts: a reader that sees anything else takes

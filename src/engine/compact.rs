@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use object_store::ObjectStoreExt;
 
-use super::flush::{FlushEnv, UploadSink, sync_object};
+use super::flush::{FlushEnv, UploadSink};
 use super::merge::{ColumnarMerge, GcRules};
 use super::table::TableInner;
 use crate::error::{Error, Result};
@@ -494,8 +494,10 @@ async fn commit(
     table.stats.compactions.fetch_add(1, Ordering::Relaxed);
     next.counters = table.stats.counters();
     let version = manifest.0 + 1;
-    table.manifest_log.commit(&*env.store, version, &next).await?;
-    sync_object(env, table.manifest_log.path(version).as_ref()).await?;
+    table
+        .manifest_log
+        .commit(&*env.store, env.local_root.as_deref(), version, &next)
+        .await?;
     crate::crash_point::hit("compaction.committed");
     *manifest = (version, next);
     {

@@ -81,8 +81,10 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>, flushe
         table.stats.flushes.fetch_add(1, Ordering::Relaxed);
         next.counters = table.stats.counters();
         let version = manifest.0 + 1;
-        table.manifest_log.commit(&*env.store, version, &next).await?;
-        sync_object(env, table.manifest_log.path(version).as_ref()).await?;
+        table
+            .manifest_log
+            .commit(&*env.store, env.local_root.as_deref(), version, &next)
+            .await?;
         crate::crash_point::hit("flush.committed");
         *manifest = (version, next);
         {

@@ -10,6 +10,7 @@ mod faults;
 mod golden;
 mod model;
 mod ordering;
+mod power_loss;
 mod recovery;
 mod segments;
 mod sql;

@@ -31,9 +31,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// Keys per table: few, so that most writes rewrite a key.
-const KEYS: i64 = 300;
+pub(crate) const KEYS: i64 = 300;
 /// The tables and their `max_versions`.
-const TABLES: [(&str, u32); 3] = [("ints", 3), ("strs", 2), ("sqlt", 1)];
+pub(crate) const TABLES: [(&str, u32); 3] = [("ints", 3), ("strs", 2), ("sqlt", 1)];
 const COLUMNS: [&str; 5] = ["a", "b", "c", "d", "e"];
 /// Crash points the writer may be aimed at (see `src/crash_point.rs`).
 const CRASH_POINTS: [&str; 6] = [
@@ -47,7 +47,7 @@ const CRASH_POINTS: [&str; 6] = [
 
 /// A value as the model keeps it (doubles by their bits).
 #[derive(Clone, Debug, PartialEq)]
-enum Val {
+pub(crate) enum Val {
     I(i64),
     D(u64),
     S(String),
@@ -78,17 +78,17 @@ impl Val {
 }
 
 /// column -> version -> value; the SQL table keeps version 0 only.
-type ModelRow = BTreeMap<String, BTreeMap<i64, Val>>;
-type ModelTable = BTreeMap<i64, ModelRow>;
+pub(crate) type ModelRow = BTreeMap<String, BTreeMap<i64, Val>>;
+pub(crate) type ModelTable = BTreeMap<i64, ModelRow>;
 
 #[derive(Clone, Debug)]
-enum Action {
+pub(crate) enum Action {
     Put(String, i64, Val),
     DeleteAll(String),
 }
 
 #[derive(Clone, Debug)]
-enum Op {
+pub(crate) enum Op {
     Put(i64, Vec<(String, i64, Val)>),
     Update(i64, Vec<Action>),
     /// SQL UPDATE: only a row that exists is changed.
@@ -98,7 +98,7 @@ enum Op {
 
 /// One atomic unit of the writer's stream.
 #[derive(Clone, Debug)]
-enum Unit {
+pub(crate) enum Unit {
     /// One row write, or several through `Table::write_batch`.
     Table(Vec<Op>),
     /// Several row writes through `Database::batch_write`.
@@ -107,7 +107,7 @@ enum Unit {
     Sql(String, Vec<Op>),
 }
 
-fn value(rng: &mut StdRng) -> Val {
+pub(crate) fn value(rng: &mut StdRng) -> Val {
     match rng.random_range(0..10) {
         0 => Val::I([i64::MIN, i64::MAX, 0, -1][rng.random_range(0..4)]),
         1 | 2 => Val::I(rng.random()),
@@ -132,7 +132,7 @@ fn value(rng: &mut StdRng) -> Val {
 
 /// The unit `i` of table `table` in the stream of `seed`; `base` is the
 /// version (ms) the explicit versions are counted from.
-fn unit(seed: u64, table: usize, i: u64, base: i64) -> Unit {
+pub(crate) fn unit(seed: u64, table: usize, i: u64, base: i64) -> Unit {
     let mut rng = StdRng::seed_from_u64(seed ^ ((table as u64) << 56) ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let version = |rng: &mut StdRng| {
         let now = base + i as i64 * 10;
@@ -229,7 +229,7 @@ fn unit(seed: u64, table: usize, i: u64, base: i64) -> Unit {
     }
 }
 
-fn apply(model: &mut ModelTable, ops: &[Op]) {
+pub(crate) fn apply(model: &mut ModelTable, ops: &[Op]) {
     let act = |row: &mut ModelRow, actions: &[Action]| {
         for a in actions {
             match a {
@@ -269,7 +269,7 @@ fn apply(model: &mut ModelTable, ops: &[Op]) {
     }
 }
 
-fn unit_ops(u: &Unit) -> &[Op] {
+pub(crate) fn unit_ops(u: &Unit) -> &[Op] {
     match u {
         Unit::Table(ops) | Unit::BatchWriteRow(ops) | Unit::Sql(_, ops) => ops,
     }
@@ -277,7 +277,7 @@ fn unit_ops(u: &Unit) -> &[Op] {
 
 /// What a read shows of the model: the newest `max_versions` versions of
 /// each column.
-fn visible(model: &ModelTable, max_versions: u32) -> ModelTable {
+pub(crate) fn visible(model: &ModelTable, max_versions: u32) -> ModelTable {
     model
         .iter()
         .map(|(k, row)| {
@@ -299,14 +299,14 @@ fn visible(model: &ModelTable, max_versions: u32) -> ModelTable {
         .collect()
 }
 
-fn pk(table: usize, k: i64) -> PrimaryKey {
+pub(crate) fn pk(table: usize, k: i64) -> PrimaryKey {
     match table {
         1 => PrimaryKey::new().with("p", format!("p{:02}", k % 20)).with("q", k / 20),
         _ => PrimaryKey::new().with("k", k),
     }
 }
 
-fn key_of(table: usize, pk: &PrimaryKey) -> i64 {
+pub(crate) fn key_of(table: usize, pk: &PrimaryKey) -> i64 {
     match (table, &pk.columns[..]) {
         (1, [(_, PkValue::String(p)), (_, PkValue::Integer(q))]) => q * 20 + p[1..].parse::<i64>().unwrap(),
         (_, [(_, PkValue::Integer(k))]) => *k,
@@ -314,7 +314,7 @@ fn key_of(table: usize, pk: &PrimaryKey) -> i64 {
     }
 }
 
-fn row_write(table: usize, op: &Op) -> RowWrite {
+pub(crate) fn row_write(table: usize, op: &Op) -> RowWrite {
     let actions = |mut u: UpdateRow, actions: &[Action]| {
         for a in actions {
             u = match a {
@@ -340,7 +340,7 @@ fn row_write(table: usize, op: &Op) -> RowWrite {
 
 /// Every row of a table as the model's shape (the SQL table's versions
 /// set to 0).
-async fn stored(db: &Database, table: usize) -> ModelTable {
+pub(crate) async fn stored(db: &Database, table: usize) -> ModelTable {
     let (name, max_versions) = TABLES[table];
     let t = db.table(name).unwrap();
     let req = GetRange::new().options(ReadOptions {
@@ -365,8 +365,13 @@ async fn stored(db: &Database, table: usize) -> ModelTable {
     out
 }
 
-fn writer_options() -> DbOptions {
-    let mut o = DbOptions::default().memtable_bytes(128 << 10);
+pub(crate) fn writer_options() -> DbOptions {
+    let durability = match std::env::var("CELLAR_TORTURE_DURABILITY").as_deref() {
+        Ok("none") => Durability::None,
+        Ok(s) if s.starts_with("interval:") => Durability::IntervalMs(s[9..].parse().unwrap()),
+        _ => Durability::Sync,
+    };
+    let mut o = DbOptions::default().memtable_bytes(128 << 10).durability(durability);
     o.wal_file_bytes = 64 << 10;
     o.compaction_trigger_runs = 2;
     o.background_overlays = None;
@@ -421,7 +426,7 @@ async fn torture_writer_process() {
                         sql.query(&stmt).await.unwrap();
                     }
                 }
-                println!("ACK {table} {i}");
+                println!("ACK {table} {i} {}", unix_nanos());
                 i += 1;
             }
         }));
@@ -431,10 +436,36 @@ async fn torture_writer_process() {
     }
 }
 
-/// One writer run killed somehow: the acknowledged units per table, how it
-/// was killed, and whether it died at its crash point.
-fn run_writer(dir: &Path, seed: u64, base: i64, starts: &[u64], rng: &mut StdRng) -> (Vec<u64>, String, bool) {
+pub(crate) fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// What one writer run did before it died.
+pub(crate) struct WriterRun {
+    /// Per table, the units acknowledged (every unit below this one).
+    pub acked: Vec<u64>,
+    /// Per table, when each acknowledged unit was acknowledged (unix ns).
+    pub ack_times: Vec<Vec<(u64, u128)>>,
+    /// How it was killed.
+    pub how: String,
+    /// Whether it died at its crash point.
+    pub aborted: bool,
+}
+
+/// One writer run killed somehow; `env` is passed on to the writer.
+pub(crate) fn run_writer(
+    dir: &Path,
+    seed: u64,
+    base: i64,
+    starts: &[u64],
+    rng: &mut StdRng,
+    env: &[(&str, String)],
+) -> WriterRun {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.args([
         "torture::torture_writer_process",
         "--exact",
@@ -466,12 +497,12 @@ fn run_writer(dir: &Path, seed: u64, base: i64, starts: &[u64], rng: &mut StdRng
     let mut stderr = child.stderr.take().unwrap();
     let n = starts.len();
     let reader = std::thread::spawn(move || {
-        let mut acked = vec![None; n];
+        let mut acked: Vec<Vec<(u64, u128)>> = vec![Vec::new(); n];
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if let Some(rest) = line.strip_prefix("ACK ") {
-                let (t, i) = rest.split_once(' ').unwrap();
-                acked[t.parse::<usize>().unwrap()] = Some(i.parse::<u64>().unwrap());
+                let f: Vec<&str> = rest.split(' ').collect();
+                acked[f[0].parse::<usize>().unwrap()].push((f[1].parse().unwrap(), f[2].parse().unwrap()));
             }
         }
         acked
@@ -498,9 +529,17 @@ fn run_writer(dir: &Path, seed: u64, base: i64, starts: &[u64], rng: &mut StdRng
         "the writer failed ({}, {status}):\n{stderr}",
         how.0
     );
-    let acked = acked.iter().zip(starts).map(|(a, s)| a.map_or(*s, |i| i + 1)).collect();
     use std::os::unix::process::ExitStatusExt;
-    (acked, how.0, status.signal() == Some(6))
+    WriterRun {
+        acked: acked
+            .iter()
+            .zip(starts)
+            .map(|(a, s)| a.last().map_or(*s, |(i, _)| i + 1))
+            .collect(),
+        ack_times: acked,
+        how: how.0,
+        aborted: status.signal() == Some(6),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -540,8 +579,9 @@ async fn crash_torture() {
     let mut starts = vec![0u64; TABLES.len()];
     let (mut acked_total, mut in_flight_applied, mut crash_points) = (0u64, 0u64, Vec::new());
     for cycle in 0..cycles {
-        let (acked, how, aborted) =
-            tokio::task::block_in_place(|| run_writer(dir.path(), seed, base, &starts, &mut rng));
+        let WriterRun {
+            acked, how, aborted, ..
+        } = tokio::task::block_in_place(|| run_writer(dir.path(), seed, base, &starts, &mut rng, &[]));
         if aborted {
             crash_points.push(how.clone());
         }
