@@ -78,3 +78,7 @@ pub mod sql;
 
 /// The command-line front end (used by the `cellar` binary).
 pub mod cli;
+
+/// Entry points of the fuzz targets (not a stable API).
+#[doc(hidden)]
+pub mod fuzzing;

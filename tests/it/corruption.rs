@@ -44,9 +44,15 @@ async fn build(dir: &Path) -> PathBuf {
     t.compact().await.unwrap();
     drop(t);
     db.close().await.unwrap();
-    let segs: Vec<PathBuf> = walk(&dir.join("tables"))
+    // The segment the manifest names (the compaction's inputs may still
+    // be on disk, named by none, until the next open deletes them).
+    let segs: Vec<PathBuf> = cellar::check(dir, None)
+        .await
+        .unwrap()
+        .files
         .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .filter(|f| f.path.ends_with(".parquet") && f.state == FileState::Ok)
+        .map(|f| dir.join(f.path))
         .collect();
     assert_eq!(segs.len(), 1, "{segs:?}");
     segs[0].clone()

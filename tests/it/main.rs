@@ -1,5 +1,6 @@
 //! Cellar's integration tests: one binary, one module per behaviour.
 
+mod bad_input;
 mod cli;
 mod common;
 mod compaction;
@@ -7,6 +8,7 @@ mod concurrency;
 mod corruption;
 mod crash;
 mod faults;
+mod fuzz_corpus;
 mod golden;
 mod model;
 mod ordering;
