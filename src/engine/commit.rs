@@ -110,10 +110,14 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 )),
                 None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, group),
             };
-            if let Err(e) = &result {
-                // The WAL may now hold a partial record; refuse further
-                // writes rather than risk acknowledging something a
-                // restart would drop. Reopening recovers.
+            if let Err(e) = &result
+                && wal.is_poisoned()
+            {
+                // The WAL's end cannot be vouched for (a failed fsync, or a
+                // partial record that could not be cut off): refuse further
+                // writes rather than risk acknowledging something a restart
+                // would drop. Reopening recovers. A failed append that was
+                // rolled back fails only its own group.
                 failed.get_or_insert_with(|| e.clone());
             }
             let mut seq_end = match &result {
@@ -135,7 +139,10 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                     let _ = done.send(Ok(()));
                 }
                 CommitMsg::Sync => {
-                    let _ = wal.sync();
+                    // A failure poisons the WAL: the next group is refused.
+                    if let Err(e) = wal.sync() {
+                        failed.get_or_insert(e);
+                    }
                     gc_wal(&*host, &mut wal);
                 }
                 CommitMsg::FlushDone => gc_wal(&*host, &mut wal),

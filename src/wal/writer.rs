@@ -24,6 +24,10 @@ pub(crate) struct WalWriter {
     last_sync: Instant,
     dirty: bool,
     file_limit: u64,
+    /// Set when a failure left the file in a state this writer cannot
+    /// vouch for (a failed fsync, or an append it could not roll back):
+    /// the caller must stop writing until the database is reopened.
+    poisoned: bool,
 }
 
 impl WalWriter {
@@ -49,6 +53,7 @@ impl WalWriter {
             last_sync: Instant::now(),
             dirty: false,
             file_limit,
+            poisoned: false,
         })
     }
 
@@ -61,7 +66,17 @@ impl WalWriter {
         let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
         buf.extend_from_slice(&record_header(payload)?);
         buf.extend_from_slice(payload);
-        self.file.append(&buf).map_err(|e| self.err("append to", e))?;
+        if let Err(e) = self.file.append(&buf) {
+            // Part of the record may be in the file: cut it back to the
+            // last whole record, so that the group is simply not logged and
+            // later groups can go on (a full disk may get space back). If
+            // that fails too, the file's end is unknown.
+            let whole = MAGIC.len() as u64 + self.size;
+            if self.file.truncate(whole).is_err() {
+                self.poisoned = true;
+            }
+            return Err(self.err("append to", e));
+        }
         self.size += buf.len() as u64;
         self.max_seq = self.max_seq.max(max_seq);
         self.dirty = true;
@@ -76,7 +91,13 @@ impl WalWriter {
     /// Fsyncs pending appends (used by the interval timer and on close).
     pub fn sync(&mut self) -> Result<()> {
         if self.dirty {
-            self.file.sync().map_err(|e| self.err("fsync", e))?;
+            if let Err(e) = self.file.sync() {
+                // After a failed fsync the kernel may have dropped the
+                // pages it could not write: nothing since the last good
+                // fsync can be vouched for.
+                self.poisoned = true;
+                return Err(self.err("fsync", e));
+            }
             self.dirty = false;
             crate::crash_point::synced(
                 &self.dir.join(file_name(self.number)),
@@ -87,15 +108,23 @@ impl WalWriter {
         Ok(())
     }
 
-    /// Seals the current file and starts the next.
+    /// Whether a failure left the file in a state that forbids further
+    /// appends (see `poisoned`).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Seals the current file and starts the next (on failure the current
+    /// file stays the current one).
     pub fn rotate(&mut self) -> Result<()> {
         if self.size == 0 {
             return Ok(());
         }
         self.sync()?;
+        let file = open_new(&*self.opener, &self.dir, self.number + 1)?;
         self.sealed.push((self.number, self.max_seq));
         self.number += 1;
-        self.file = open_new(&*self.opener, &self.dir, self.number)?;
+        self.file = file;
         crate::crash_point::hit("wal.switched");
         self.size = 0;
         self.max_seq = 0;
@@ -156,6 +185,15 @@ pub trait WalFile: Send {
     fn append(&mut self, bytes: &[u8]) -> std::io::Result<()>;
     /// Makes every append so far durable (`fdatasync`).
     fn sync(&mut self) -> std::io::Result<()>;
+    /// Cuts the file back to `len` bytes (after a failed append). Without
+    /// it, a failed append stops the database's writes until it is reopened.
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        let _ = len;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this WAL file cannot be truncated",
+        ))
+    }
 }
 
 /// Creates WAL files. The default, [`OsWalOpener`], uses the file system.
@@ -181,6 +219,11 @@ impl WalFile for File {
 
     fn sync(&mut self) -> std::io::Result<()> {
         self.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        // Appends go to the end whatever the position: no seek needed.
+        self.set_len(len)
     }
 }
 

@@ -233,20 +233,25 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
     assert_eq!(rows[100].latest("n"), Some(&Value::Integer(100)));
 }
 
-/// A WAL file whose appends and syncs fail while `fail` is set.
+/// A WAL file whose appends fail while `fail` is set, after writing half
+/// their bytes (as a write cut short by a full disk does); with
+/// `truncatable`, it can be cut back.
 #[derive(Debug)]
 struct FlakyWal {
     fail: Arc<AtomicBool>,
+    truncatable: bool,
 }
 
 struct FlakyFile {
     inner: std::fs::File,
     fail: Arc<AtomicBool>,
+    truncatable: bool,
 }
 
 impl WalFile for FlakyFile {
     fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         if self.fail.load(Ordering::SeqCst) {
+            std::io::Write::write_all(&mut self.inner, &bytes[..bytes.len() / 2])?;
             return Err(std::io::Error::other("injected: no space left on device"));
         }
         std::io::Write::write_all(&mut self.inner, bytes)
@@ -254,6 +259,13 @@ impl WalFile for FlakyFile {
 
     fn sync(&mut self) -> std::io::Result<()> {
         self.inner.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        if !self.truncatable {
+            return Err(std::io::Error::other("injected: truncate unsupported"));
+        }
+        self.inner.set_len(len)
     }
 }
 
@@ -263,11 +275,13 @@ impl WalOpener for FlakyWal {
         Ok(Box::new(FlakyFile {
             inner,
             fail: self.fail.clone(),
+            truncatable: self.truncatable,
         }))
     }
 }
 
-/// A failed WAL append fails that write with an I/O error, stops the writer
+/// A failed WAL append that the WAL cannot cut back (its half-written
+/// record stays) fails that write with an I/O error, stops the writer
 /// (later writes are refused until reopen rather than risk acknowledging
 /// what a restart would drop), and loses nothing acknowledged.
 #[tokio::test]
@@ -276,7 +290,10 @@ async fn a_wal_write_error_fails_the_write_and_stops_the_writer_until_reopen() {
     let clock = Arc::new(ManualClock::new(T0));
     let fail = Arc::new(AtomicBool::new(false));
     let opts = DbOptions {
-        wal_opener: Arc::new(FlakyWal { fail: fail.clone() }),
+        wal_opener: Arc::new(FlakyWal {
+            fail: fail.clone(),
+            truncatable: false,
+        }),
         ..DbOptions::default().clock(clock.clone())
     };
     let db = Database::open_with(dir.path(), opts).await.unwrap();
@@ -297,9 +314,57 @@ async fn a_wal_write_error_fails_the_write_and_stops_the_writer_until_reopen() {
     drop(t);
     db.close().await.unwrap();
 
+    // The half-written record ends the newest file: a torn tail, cut off.
     let db = open(dir.path(), &clock).await;
     let t = db.table("t").unwrap();
     assert_eq!(scan_all(&t, GetRange::new()).await.len(), 10);
     t.put_row(PutRow::new(pk(12, "a")).column("n", 12)).await.unwrap();
     assert_eq!(scan_all(&t, GetRange::new()).await.len(), 11);
+}
+
+/// A failed WAL append (a full disk) is cut back out of the file: that
+/// write fails with an I/O error, and once space is back writes go on
+/// without a reopen; a reopen then replays every acknowledged write and
+/// nothing of the failed one, from the middle of the file.
+#[tokio::test]
+async fn a_failed_wal_append_is_cut_back_and_writes_resume_without_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let fail = Arc::new(AtomicBool::new(false));
+    let opts = DbOptions {
+        wal_opener: Arc::new(FlakyWal {
+            fail: fail.clone(),
+            truncatable: true,
+        }),
+        ..DbOptions::default().clock(clock.clone())
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    for i in 0..10 {
+        t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+    }
+    fail.store(true, Ordering::SeqCst);
+    for i in 10..13 {
+        let err = t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Io);
+        assert!(err.message().contains("no space left"), "{}", err.message());
+    }
+    fail.store(false, Ordering::SeqCst);
+    for i in 13..20 {
+        t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+    }
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 17);
+    drop(t);
+    db.close().await.unwrap();
+
+    let db = open(dir.path(), &clock).await;
+    let rows = scan_all(&db.table("t").unwrap(), GetRange::new()).await;
+    let cards: Vec<i64> = rows
+        .iter()
+        .map(|r| match r.primary_key.columns[0].1 {
+            PkValue::Integer(c) => c,
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(cards, (0..10).chain(13..20).collect::<Vec<_>>());
 }

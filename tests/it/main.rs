@@ -7,6 +7,7 @@ mod compaction;
 mod concurrency;
 mod corruption;
 mod crash;
+mod disk_full;
 mod faults;
 mod fuzz_corpus;
 mod golden;
