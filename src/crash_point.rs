@@ -20,8 +20,10 @@
 //! `CELLAR_SYNC_LOG=FILE` makes the process append a line to FILE after
 //! every fsync it completes: `<unix ns> file <bytes> <path>` (the file is
 //! durable up to that length) or `<unix ns> dir <path>` (the directory's
-//! entries are). A power-cut test kills the process, then drops from the
-//! data directory every byte and file the log does not show as durable.
+//! entries are), and `<unix ns> create <path>` when it creates a WAL file
+//! (before that directory's fsync). A power-cut test kills the process,
+//! then drops from the data directory every byte and file the log does not
+//! show as durable.
 
 use std::io::Write;
 use std::path::Path;
@@ -50,6 +52,21 @@ pub(crate) fn hit(name: &str) {
 /// Logs a completed fsync of a file durable up to `len` bytes, or of a
 /// directory (`len = None`); see the module docs.
 pub(crate) fn synced(path: &Path, len: Option<u64>) {
+    log_line(
+        path,
+        match len {
+            Some(n) => format!("file {n}"),
+            None => "dir".into(),
+        },
+    );
+}
+
+/// Logs the creation of a file whose directory is fsynced afterwards.
+pub(crate) fn created(path: &Path) {
+    log_line(path, "create".into());
+}
+
+fn log_line(path: &Path, what: String) {
     static LOG: OnceLock<Option<Mutex<std::fs::File>>> = OnceLock::new();
     let log = LOG.get_or_init(|| {
         let path = std::env::var_os("CELLAR_SYNC_LOG")?;
@@ -60,10 +77,7 @@ pub(crate) fn synced(path: &Path, len: Option<u64>) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let line = match len {
-        Some(n) => format!("{now} file {n} {}\n", path.display()),
-        None => format!("{now} dir {}\n", path.display()),
-    };
+    let line = format!("{now} {what} {}\n", path.display());
     if let Ok(mut f) = log.lock() {
         let _ = f.write_all(line.as_bytes());
     }

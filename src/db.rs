@@ -34,7 +34,7 @@ use crate::manifest::{ManifestLog, TableManifest};
 use crate::options::DbOptions;
 use crate::schema::{ColumnDef, MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, OptionsUpdate, TableOptions, TableSchema};
 use crate::segment::{Segment, SegmentWriteOptions};
-use crate::table::Table;
+use crate::table::{QueuedWrites, Table};
 use crate::types::Row;
 use crate::wal::{self, WalWriter};
 
@@ -767,35 +767,6 @@ impl Database {
     }
 }
 
-/// Writes queued with the committer (see [`Table::enqueue_batch`]):
-/// [`QueuedWrites::durable`] waits until they are durable and returns a
-/// result per write, in the order given.
-///
-/// [`Table::enqueue_batch`]: crate::Table::enqueue_batch
-#[must_use = "queued writes are committed either way; durable() tells whether they were"]
-pub struct QueuedWrites {
-    /// Per write: an error for one refused before queueing, else `Ok`.
-    results: Vec<Result<()>>,
-    /// The committer's answer for the valid writes; `None` when none was.
-    ack: Option<oneshot::Receiver<Result<u64>>>,
-}
-
-impl QueuedWrites {
-    /// Waits until the queued writes are durable; one result per write.
-    pub async fn durable(self) -> Result<Vec<Result<()>>> {
-        let QueuedWrites { mut results, ack } = self;
-        if let Some(ack) = ack {
-            let committed = ack.await.map_err(|_| Error::closed()).and_then(|r| r);
-            if let Err(e) = committed {
-                for r in results.iter_mut().filter(|r| r.is_ok()) {
-                    *r = Err(e.clone());
-                }
-            }
-        }
-        Ok(results)
-    }
-}
-
 impl DbInner {
     pub(crate) fn table_inner(&self, name: &str) -> Result<Arc<TableInner>> {
         self.shared
@@ -854,7 +825,7 @@ impl DbInner {
                     .for_each(|r| *r = Err(e.clone())),
             }
         }
-        Ok(QueuedWrites { results, ack })
+        Ok(QueuedWrites::new(results, ack))
     }
 
     /// Queues one group with the committer; the receiver resolves once the

@@ -50,7 +50,7 @@ pub use api::{
 };
 pub use check::{CheckReport, FileCheck, FileState, check};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use db::{Database, QueuedWrites, TableDescription};
+pub use db::{Database, TableDescription};
 pub use error::{Error, ErrorKind, Result};
 pub use options::DbOptions;
 pub use row::ReadOptions;
@@ -58,7 +58,7 @@ pub use schema::{
     ColumnDef, MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET, MAX_PK_VALUE_BYTES,
     MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, OptionsUpdate, PkColumn, TableOptions, TableSchema, validate_name,
 };
-pub use table::{Table, TableStats};
+pub use table::{QueuedWrites, Table, TableStats};
 pub use types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value, ValueType};
 pub use wal::{Durability, OsWalOpener, WalFile, WalOpener};
 

@@ -175,6 +175,7 @@ fn open_new(opener: &dyn WalOpener, dir: &Path, number: u64) -> Result<Box<dyn W
     // before that leaves a file that is empty or holds part of the magic,
     // which recovery reads as empty.
     let _ = &mut file;
+    crate::crash_point::created(&path);
     sync_dir(dir)?;
     Ok(file)
 }

@@ -16,8 +16,10 @@
 //! - with `Durability::None`, what was there before the run (the rest may
 //!   be lost).
 //!
-//! Not simulated: a deleted file coming back (the simulation cannot
-//! restore its bytes). `CELLAR_POWER_CYCLES=N` runs N cuts per setting.
+//! A file's name survives only if its directory was fsynced after the file
+//! appeared (its creation or first fsync is logged); otherwise the cut
+//! deletes it. Not simulated: a deleted file coming back (the simulation
+//! cannot restore its bytes), a new directory's own entry. `CELLAR_POWER_CYCLES=N` runs N cuts per setting.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -28,35 +30,59 @@ use rand::{Rng, SeedableRng};
 
 use crate::torture::{ModelTable, TABLES, WriterRun, apply, run_writer, stored, unit, unit_ops, visible};
 
-/// The sync log: per file the length known durable, and when the last WAL
-/// fsync completed (unix ns).
+/// The sync log: per file the length known durable and when it first
+/// appeared (created or first fsynced), per directory when it was last
+/// fsynced, and when the last WAL fsync completed (unix ns).
 #[derive(Default)]
 struct SyncLog {
     durable: BTreeMap<PathBuf, u64>,
+    appeared: BTreeMap<PathBuf, u128>,
+    dir_synced: BTreeMap<PathBuf, u128>,
     last_wal_sync: u128,
+}
+
+impl SyncLog {
+    /// Whether the file's name survives a cut: its directory was fsynced
+    /// after the file appeared (files marked by `settle` always do).
+    fn name_durable(&self, f: &Path) -> bool {
+        match (self.appeared.get(f), f.parent().and_then(|d| self.dir_synced.get(d))) {
+            (Some(0), _) => true,
+            (Some(a), Some(d)) => d >= a,
+            _ => false,
+        }
+    }
 }
 
 fn read_log(path: &Path) -> SyncLog {
     let mut log = SyncLog::default();
     let text = std::fs::read_to_string(path).unwrap_or_default();
     for line in text.lines() {
-        let mut f = line.splitn(4, ' ');
-        let (Some(ts), Some(kind)) = (f.next(), f.next()) else {
-            continue;
-        };
-        if kind != "file" {
-            continue;
+        let f: Vec<&str> = line.splitn(3, ' ').collect();
+        let ts: u128 = f[0].parse().unwrap();
+        match (f[1], f[2]) {
+            ("file", rest) => {
+                let (len, p) = rest.split_once(' ').unwrap();
+                let p = PathBuf::from(p);
+                if p.parent().is_some_and(|d| d.ends_with("wal")) {
+                    log.last_wal_sync = log.last_wal_sync.max(ts);
+                }
+                let e = log.durable.entry(p.clone()).or_default();
+                *e = (*e).max(len.parse().unwrap());
+                if ts == 0 {
+                    // `settle`: on the disk after a cut, name and all.
+                    log.appeared.insert(p, 0);
+                } else {
+                    log.appeared.entry(p).or_insert(ts);
+                }
+            }
+            ("create", p) => {
+                log.appeared.entry(PathBuf::from(p)).or_insert(ts);
+            }
+            ("dir", p) => {
+                log.dir_synced.insert(PathBuf::from(p), ts);
+            }
+            _ => panic!("bad sync log line {line}"),
         }
-        let (Some(len), Some(p)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let (ts, len): (u128, u64) = (ts.parse().unwrap(), len.parse().unwrap());
-        let p = PathBuf::from(p);
-        if p.parent().is_some_and(|d| d.ends_with("wal")) {
-            log.last_wal_sync = log.last_wal_sync.max(ts);
-        }
-        let e = log.durable.entry(p).or_default();
-        *e = (*e).max(len);
     }
     log
 }
@@ -97,6 +123,12 @@ fn cut_power(dir: &Path, log: &SyncLog, rng: &mut StdRng) -> u64 {
     let mut dropped = 0;
     for f in files(dir) {
         let len = std::fs::metadata(&f).unwrap().len();
+        if log.appeared.contains_key(&f) && !log.name_durable(&f) {
+            // Created, but its directory not fsynced since: the name is gone.
+            std::fs::remove_file(&f).unwrap();
+            dropped += len;
+            continue;
+        }
         let keep = match log.durable.get(&f) {
             Some(&durable) if durable >= len => continue,
             Some(&durable) => durable + rng.random_range(0..=len - durable),
