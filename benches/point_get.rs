@@ -30,6 +30,8 @@ fn main() {
         {
             opts.page_bytes = b;
         }
+        // CELLAR_BENCH_VERIFY=0: reads skip the checksum checks (what they cost).
+        opts.verify_checksums = std::env::var("CELLAR_BENCH_VERIFY").map_or(true, |v| v != "0");
         let db = Database::open_with(dir.path(), opts).await.unwrap();
         let t = common::bench_table(&db).await;
         let mut batch = Vec::with_capacity(200);

@@ -416,7 +416,14 @@ impl Database {
             let segments = manifest
                 .segments
                 .iter()
-                .map(|m| Arc::new(Segment::new(m.clone(), store.clone(), local_root.as_deref())))
+                .map(|m| {
+                    Arc::new(Segment::new(
+                        m.clone(),
+                        store.clone(),
+                        local_root.as_deref(),
+                        options.verify_checksums,
+                    ))
+                })
                 .collect();
             let t = Arc::new(TableInner::new(
                 entry.id,
@@ -479,6 +486,7 @@ impl Database {
                 page_bytes: options.page_bytes,
                 numeric_dictionary_bytes: options.numeric_dictionary_bytes,
             },
+            verify_checksums: options.verify_checksums,
         };
         let durability = options.durability;
         let compaction_slots = tokio::sync::Semaphore::new(options.max_background_compactions.max(1));

@@ -101,7 +101,7 @@ pub fn segment(data: &[u8]) {
         {
             return;
         }
-        let seg = Arc::new(Segment::new(meta, store, None));
+        let seg = Arc::new(Segment::new(meta, store, None, true));
         for key in [&b""[..], b"\x80\x00\x00\x00\x00\x00\x00\x01", b"\xff"] {
             let _ = seg.get(key, None).await;
         }

@@ -78,6 +78,10 @@ pub struct DbOptions {
     /// Creates WAL files. Defaults to [`OsWalOpener`] (the file system);
     /// tests inject failing files here.
     pub wal_opener: Arc<dyn WalOpener>,
+    /// Check segment bytes against their checksums before decoding them
+    /// (see `docs/reliability.md`; a damaged block is then an error, not
+    /// other data). Defaults to true; off, damage may be served as data.
+    pub verify_checksums: bool,
 }
 
 impl Default for DbOptions {
@@ -98,6 +102,7 @@ impl Default for DbOptions {
             max_background_compactions: 1,
             compaction_check_interval: std::time::Duration::from_secs(60),
             background_overlays: Some(std::time::Duration::from_millis(100)),
+            verify_checksums: true,
             clock: Arc::new(SystemClock),
             object_store: None,
             wal_opener: Arc::new(OsWalOpener),

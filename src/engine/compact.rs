@@ -507,11 +507,14 @@ async fn commit(
         for s in st.segments.iter() {
             if input_ids.contains(&s.meta.id) {
                 if !placed {
-                    segs.extend(
-                        outputs
-                            .iter()
-                            .map(|m| Arc::new(Segment::new(m.clone(), env.store.clone(), env.local_root.as_deref()))),
-                    );
+                    segs.extend(outputs.iter().map(|m| {
+                        Arc::new(Segment::new(
+                            m.clone(),
+                            env.store.clone(),
+                            env.local_root.as_deref(),
+                            env.verify_checksums,
+                        ))
+                    }));
                     placed = true;
                 }
             } else {

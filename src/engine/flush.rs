@@ -25,6 +25,8 @@ pub(crate) struct FlushEnv {
     /// The local directory behind `store`, to fsync new files.
     pub local_root: Option<PathBuf>,
     pub segment_options: SegmentWriteOptions,
+    /// Whether segments opened by this database check their checksums.
+    pub verify_checksums: bool,
 }
 
 /// Flushes every frozen memtable of `table`, oldest first, calling
@@ -96,6 +98,7 @@ pub(crate) async fn flush_frozen(env: &FlushEnv, table: &Arc<TableInner>, flushe
                     meta,
                     env.store.clone(),
                     env.local_root.as_deref(),
+                    env.verify_checksums,
                 )));
                 st.segments = Arc::new(segs);
             }

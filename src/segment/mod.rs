@@ -97,6 +97,8 @@ pub(crate) struct Segment {
     /// The data region's block checksums, from the footer (set with
     /// `reader_meta` for a segment that has them).
     checks: std::sync::OnceLock<Arc<checksum::BlockChecks>>,
+    /// Whether reads check the file's checksums (`DbOptions::verify_checksums`).
+    verify: bool,
     /// Set when no manifest references the file any more: it is deleted
     /// when the last reader holding this segment drops it.
     obsolete: AtomicBool,
@@ -124,7 +126,12 @@ impl Segment {
     /// reads then go straight to the file (`pread` on a cached handle)
     /// instead of through `object_store`'s blocking-thread hand-off, which
     /// cost more than the read itself for point gets.
-    pub fn new(meta: SegmentMeta, store: Arc<dyn ObjectStore>, local_root: Option<&std::path::Path>) -> Self {
+    pub fn new(
+        meta: SegmentMeta,
+        store: Arc<dyn ObjectStore>,
+        local_root: Option<&std::path::Path>,
+        verify: bool,
+    ) -> Self {
         let (min_key, max_key) = meta.key_bounds();
         Segment {
             local_path: local_root.map(|r| r.join(&meta.path)),
@@ -137,6 +144,7 @@ impl Segment {
             view_meta: OnceCell::new(),
             blooms: OnceCell::new(),
             checks: std::sync::OnceLock::new(),
+            verify,
             obsolete: AtomicBool::new(false),
         }
     }

@@ -43,7 +43,8 @@ impl Segment {
                 let corrupt = |e| Error::corruption(format!("segment {}: {e}", self.meta.path));
                 let mut reader = self.object_reader(true);
                 // The footer is parsed only once the tail's checksum matched.
-                if let Some(sum) = &self.meta.checksum {
+                let sum = self.meta.checksum.as_ref().filter(|_| self.verify);
+                if let Some(sum) = sum {
                     let tail = reader
                         .get_bytes(sum.data_bytes..self.meta.size_bytes)
                         .await
@@ -55,7 +56,7 @@ impl Segment {
                 let meta = ArrowReaderMetadata::load_async(&mut reader, opts)
                     .await
                     .map_err(corrupt)?;
-                if let Some(sum) = &self.meta.checksum {
+                if let Some(sum) = sum {
                     let table = meta
                         .metadata()
                         .file_metadata()
