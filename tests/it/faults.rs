@@ -280,19 +280,16 @@ impl WalOpener for FlakyWal {
     }
 }
 
-/// A failed WAL append that the WAL cannot cut back (its half-written
-/// record stays) fails that write with an I/O error, stops the writer
-/// (later writes are refused until reopen rather than risk acknowledging
-/// what a restart would drop), and loses nothing acknowledged.
-#[tokio::test]
-async fn a_wal_write_error_fails_the_write_and_stops_the_writer_until_reopen() {
+/// A database whose WAL files fail on demand (see [`FlakyWal`]), with the
+/// `t` table holding cards 0..10.
+async fn flaky_db(truncatable: bool) -> (tempfile::TempDir, Arc<ManualClock>, Arc<AtomicBool>, Database, Table) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let fail = Arc::new(AtomicBool::new(false));
     let opts = DbOptions {
         wal_opener: Arc::new(FlakyWal {
             fail: fail.clone(),
-            truncatable: false,
+            truncatable,
         }),
         ..DbOptions::default().clock(clock.clone())
     };
@@ -301,6 +298,16 @@ async fn a_wal_write_error_fails_the_write_and_stops_the_writer_until_reopen() {
     for i in 0..10 {
         t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
     }
+    (dir, clock, fail, db, t)
+}
+
+/// A failed WAL append that the WAL cannot cut back (its half-written
+/// record stays) fails that write with an I/O error, stops the writer
+/// (later writes are refused until reopen rather than risk acknowledging
+/// what a restart would drop), and loses nothing acknowledged.
+#[tokio::test]
+async fn a_wal_write_error_fails_the_write_and_stops_the_writer_until_reopen() {
+    let (dir, clock, fail, db, t) = flaky_db(false).await;
     fail.store(true, Ordering::SeqCst);
     let err = t.put_row(PutRow::new(pk(10, "a")).column("n", 10)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
@@ -328,21 +335,7 @@ async fn a_wal_write_error_fails_the_write_and_stops_the_writer_until_reopen() {
 /// nothing of the failed one, from the middle of the file.
 #[tokio::test]
 async fn a_failed_wal_append_is_cut_back_and_writes_resume_without_a_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let fail = Arc::new(AtomicBool::new(false));
-    let opts = DbOptions {
-        wal_opener: Arc::new(FlakyWal {
-            fail: fail.clone(),
-            truncatable: true,
-        }),
-        ..DbOptions::default().clock(clock.clone())
-    };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
-    let t = card_order_table(&db, TableOptions::default()).await;
-    for i in 0..10 {
-        t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
-    }
+    let (dir, clock, fail, db, t) = flaky_db(true).await;
     fail.store(true, Ordering::SeqCst);
     for i in 10..13 {
         let err = t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap_err();

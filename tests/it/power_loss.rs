@@ -28,7 +28,9 @@ use cellar::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::torture::{ModelTable, TABLES, WriterRun, apply, run_writer, stored, unit, unit_ops, visible};
+use crate::torture::{
+    ModelTable, TABLES, WriterRun, apply, create_tables, run_writer, stored, unit, unit_ops, visible,
+};
 
 /// The sync log: per file the length known durable and when it first
 /// appeared (created or first fsynced), per directory when it was last
@@ -181,31 +183,7 @@ async fn power_cuts(durability: &str, cycles: usize, seed: u64) -> (u64, u64, u6
         o.background_overlays = None;
         o
     };
-    {
-        let db = Database::open_with(&data, quiet()).await.unwrap();
-        for (name, mv) in &TABLES[..2] {
-            let schema = if *name == "strs" {
-                TableSchema::new(*name).pk("p", PkType::String).pk("q", PkType::Integer)
-            } else {
-                TableSchema::new(*name).pk("k", PkType::Integer)
-            };
-            db.create_table(
-                schema,
-                TableOptions {
-                    max_versions: *mv,
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-        }
-        let sql = cellar::sql::SqlSession::new(db.clone());
-        sql.execute("CREATE TABLE sqlt (k BIGINT, v BIGINT, s VARCHAR, PRIMARY KEY (k))")
-            .await
-            .unwrap();
-        drop(sql);
-        db.close().await.unwrap();
-    }
+    create_tables(&data, quiet()).await;
     settle(&data, &log_path);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut models = vec![ModelTable::new(); TABLES.len()];

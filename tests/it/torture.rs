@@ -542,6 +542,29 @@ pub(crate) fn run_writer(
     }
 }
 
+/// Creates the three tables in a new database at `dir`.
+pub(crate) async fn create_tables(dir: &Path, options: DbOptions) {
+    let db = Database::open_with(dir, options).await.unwrap();
+    for (name, mv) in &TABLES[..2] {
+        let schema = if *name == "strs" {
+            TableSchema::new(*name).pk("p", PkType::String).pk("q", PkType::Integer)
+        } else {
+            TableSchema::new(*name).pk("k", PkType::Integer)
+        };
+        let options = TableOptions {
+            max_versions: *mv,
+            ..Default::default()
+        };
+        db.create_table(schema, options).await.unwrap();
+    }
+    let sql = cellar::sql::SqlSession::new(db.clone());
+    sql.execute("CREATE TABLE sqlt (k BIGINT, v BIGINT, s VARCHAR, PRIMARY KEY (k))")
+        .await
+        .unwrap();
+    drop(sql);
+    db.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_torture() {
     let cycles: usize = std::env::var("CELLAR_TORTURE_CYCLES").map_or(10, |c| c.parse().unwrap());
@@ -549,41 +572,20 @@ async fn crash_torture() {
     eprintln!("crash_torture: {cycles} cycles, CELLAR_TORTURE_SEED={seed}");
     let dir = tempfile::tempdir().unwrap();
     let base = SystemClock.now_ms() - 12 * 3600 * 1000;
-    {
-        let db = Database::open(dir.path()).await.unwrap();
-        for (name, mv) in &TABLES[..2] {
-            let schema = if *name == "strs" {
-                TableSchema::new(*name).pk("p", PkType::String).pk("q", PkType::Integer)
-            } else {
-                TableSchema::new(*name).pk("k", PkType::Integer)
-            };
-            db.create_table(
-                schema,
-                TableOptions {
-                    max_versions: *mv,
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-        }
-        let sql = cellar::sql::SqlSession::new(db.clone());
-        sql.execute("CREATE TABLE sqlt (k BIGINT, v BIGINT, s VARCHAR, PRIMARY KEY (k))")
-            .await
-            .unwrap();
-        drop(sql);
-        db.close().await.unwrap();
-    }
+    create_tables(dir.path(), DbOptions::default()).await;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut models = vec![ModelTable::new(); TABLES.len()];
     let mut starts = vec![0u64; TABLES.len()];
-    let (mut acked_total, mut in_flight_applied, mut crash_points) = (0u64, 0u64, Vec::new());
+    let (mut acked_total, mut in_flight_applied) = (0u64, 0u64);
+    let mut crash_points: BTreeMap<String, u32> = BTreeMap::new();
     for cycle in 0..cycles {
         let WriterRun {
             acked, how, aborted, ..
         } = tokio::task::block_in_place(|| run_writer(dir.path(), seed, base, &starts, &mut rng, &[]));
         if aborted {
-            crash_points.push(how.clone());
+            *crash_points
+                .entry(how.split(':').next().unwrap_or("").to_string())
+                .or_insert(0) += 1;
         }
         let db = Database::open(dir.path())
             .await
@@ -648,7 +650,7 @@ async fn crash_torture() {
     eprintln!(
         "crash_torture: {cycles} cycles survived, {acked_total} acknowledged units checked, \
          {in_flight_applied} in-flight units found applied whole, {flushes} flushes, {compactions} compactions, \
-         {} crash points hit: {crash_points:?}",
-        crash_points.len()
+         {} aborts at crash points: {crash_points:?}",
+        crash_points.values().sum::<u32>()
     );
 }
