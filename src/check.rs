@@ -9,7 +9,7 @@
 //! newest one). It holds the directory lock while it runs and changes
 //! nothing: a torn WAL tail is reported, and cut off by the next open.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -183,7 +183,7 @@ async fn check_segment(store: &dyn ObjectStore, seg: &SegmentMeta) -> Result<Fil
 }
 
 /// Checks every WAL file, the newest one allowing a torn tail.
-fn check_wal(dir: &PathBuf, report: &mut CheckReport) -> Result<()> {
+fn check_wal(dir: &Path, report: &mut CheckReport) -> Result<()> {
     if !dir.is_dir() {
         return Ok(());
     }

@@ -549,7 +549,7 @@ impl RunReader<'_> {
                     self.path
                 )));
             };
-            let batch = batch.map_err(|e| crate::segment::read_error(&self.path, e))?;
+            let batch = batch.map_err(|e| crate::segment::read_error(self.path, e))?;
             self.held.push(batch.column(0).clone());
         }
         let all = match self.held.as_slice() {

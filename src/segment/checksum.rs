@@ -79,7 +79,7 @@ impl<W: Write> ChecksumWriter<W> {
     /// flushed every buffer in front of this writer) and returns the block
     /// table's metadata value.
     pub fn end_data(&mut self) -> String {
-        if self.pos % BLOCK_BYTES != 0 {
+        if !self.pos.is_multiple_of(BLOCK_BYTES) {
             self.blocks.push(self.sum);
         }
         self.data_bytes = Some(self.pos);
@@ -111,7 +111,7 @@ impl<W: Write> ChecksumWriter<W> {
             let (now, rest) = buf.split_at(room.min(buf.len()));
             self.sum = crc32c::crc32c_append(self.sum, now);
             self.pos += now.len() as u64;
-            if self.pos % BLOCK_BYTES == 0 {
+            if self.pos.is_multiple_of(BLOCK_BYTES) {
                 self.blocks.push(self.sum);
                 self.sum = 0;
             }
@@ -290,11 +290,7 @@ pub(crate) fn verify_file(path: &str, sum: Option<&FileChecksum>, bytes: bytes::
         let decoded = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.build())
             .map_err(|e| e.to_string())
-            .and_then(|reader| {
-                reader
-                    .map(|b| b.map(|_| ()).map_err(|e| e.to_string()))
-                    .collect::<std::result::Result<(), String>>()
-            });
+            .and_then(|mut reader| reader.try_for_each(|b| b.map(|_| ()).map_err(|e| e.to_string())));
         return (
             decoded
                 .err()

@@ -432,7 +432,7 @@ impl SegmentFileReader {
     }
 
     /// The part of the already read tail that is `range`, if it lies there.
-    fn from_tail(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
+    fn tail_part(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
         let (start, tail) = self.tail.as_ref()?;
         (range.start >= *start && range.end <= start + tail.len() as u64)
             .then(|| tail.slice((range.start - start) as usize..(range.end - start) as usize))
@@ -457,7 +457,7 @@ impl SegmentFileReader {
 
 impl AsyncFileReader for SegmentFileReader {
     fn get_bytes(&mut self, range: std::ops::Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        if let Some(b) = self.from_tail(&range) {
+        if let Some(b) = self.tail_part(&range) {
             return async move { Ok(b) }.boxed();
         }
         if let Some(f) = &self.local {

@@ -176,12 +176,11 @@ async fn power_cuts(durability: &str, cycles: usize, seed: u64) -> (u64, u64, u6
     let data = dir.path().join("data");
     let log_path = dir.path().join("sync.log");
     let base = SystemClock.now_ms() - 12 * 3600 * 1000;
-    let quiet = || {
-        let mut o = DbOptions::default();
-        // The parent's opens write nothing the cut could take.
-        o.auto_compaction = false;
-        o.background_overlays = None;
-        o
+    // The parent's opens write nothing the cut could take.
+    let quiet = || DbOptions {
+        auto_compaction: false,
+        background_overlays: None,
+        ..Default::default()
     };
     create_tables(&data, quiet()).await;
     settle(&data, &log_path);
