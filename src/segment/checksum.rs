@@ -287,16 +287,14 @@ pub(crate) fn verify_file(path: &str, sum: Option<&FileChecksum>, bytes: bytes::
     use parquet::file::metadata::ParquetMetaDataReader;
 
     let Some(sum) = sum else {
-        let decoded = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .and_then(|b| b.build())
-            .map_err(|e| e.to_string())
-            .and_then(|mut reader| reader.try_for_each(|b| b.map(|_| ()).map_err(|e| e.to_string())));
+        let decoded = super::no_panic(path, || {
+            ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .and_then(|b| b.build())
+                .and_then(|mut reader| reader.try_for_each(|b| b.map(|_| ()).map_err(Into::into)))
+                .map_err(|e| Error::corruption(format!("segment {path} does not decode: {e}")))
+        });
         return (
-            decoded
-                .err()
-                .map(|e| format!("segment {path} does not decode: {e}"))
-                .into_iter()
-                .collect(),
+            decoded.err().map(|e| e.message().to_string()).into_iter().collect(),
             false,
         );
     };
@@ -313,20 +311,20 @@ pub(crate) fn verify_file(path: &str, sum: Option<&FileChecksum>, bytes: bytes::
     if let Err(e) = check_tail(path, sum, tail) {
         return (vec![e.message().to_string()], true);
     }
-    let checks = ParquetMetaDataReader::new()
-        .parse_and_finish(&bytes)
-        .map_err(|e| Error::corruption(format!("segment {path}: its footer does not parse: {e}")))
-        .and_then(|md| {
-            let table = md
-                .file_metadata()
-                .key_value_metadata()
-                .and_then(|kv| kv.iter().find(|e| e.key == KEY))
-                .and_then(|e| e.value.clone())
-                .ok_or_else(|| {
-                    Error::corruption(format!("segment {path} has no block checksum table in its footer"))
-                })?;
-            BlockChecks::parse(path, sum.data_bytes, &table)
-        });
+    let checks = super::no_panic(path, || {
+        ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes)
+            .map_err(|e| Error::corruption(format!("segment {path}: its footer does not parse: {e}")))
+    })
+    .and_then(|md| {
+        let table = md
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|e| e.key == KEY))
+            .and_then(|e| e.value.clone())
+            .ok_or_else(|| Error::corruption(format!("segment {path} has no block checksum table in its footer")))?;
+        BlockChecks::parse(path, sum.data_bytes, &table)
+    });
     match checks {
         Ok(c) => (
             c.check_all(&bytes).iter().map(|e| e.message().to_string()).collect(),

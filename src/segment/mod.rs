@@ -177,6 +177,38 @@ impl Segment {
     }
 }
 
+/// Runs `f`, turning a panic inside the Parquet or Arrow readers (a
+/// damaged footer reached arrow-ipc's `unimplemented!` in the fuzzer) into
+/// a corruption error naming the segment. Checked segments never get that
+/// far with damage; segments written before checksums, or read with checks
+/// off, can.
+pub(crate) fn no_panic<T>(path: &str, f: impl FnOnce() -> crate::Result<T>) -> crate::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panic_error(path, p)))
+}
+
+/// [`no_panic`] for a future.
+pub(crate) async fn no_panic_async<T>(
+    path: &str,
+    f: impl std::future::Future<Output = crate::Result<T>>,
+) -> crate::Result<T> {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(f)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|p| Err(panic_error(path, p)))
+}
+
+fn panic_error(path: &str, p: Box<dyn std::any::Any + Send>) -> crate::Error {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    crate::Error::corruption(format!(
+        "segment {path} does not decode: the Parquet reader failed on it ({what})"
+    ))
+}
+
 /// The error of a failed segment read: a checksum mismatch or an object
 /// store failure passed through Parquet's reader as they are (they name
 /// the file), anything else as corruption (the file does not decode).

@@ -39,25 +39,26 @@ impl Segment {
     /// The Parquet footer with its page index, read once and cached.
     pub async fn reader_metadata(&self) -> Result<&ArrowReaderMetadata> {
         self.reader_meta
-            .get_or_try_init(|| async {
-                let corrupt = |e| Error::corruption(format!("segment {}: {e}", self.meta.path));
-                let mut reader = self.object_reader(true);
-                // The footer is parsed only once the tail's checksum matched.
-                let sum = self.meta.checksum.as_ref().filter(|_| self.verify);
-                if let Some(sum) = sum {
-                    let tail = reader
-                        .get_bytes(sum.data_bytes..self.meta.size_bytes)
+            .get_or_try_init(|| {
+                super::no_panic_async(&self.meta.path, async {
+                    let corrupt = |e| Error::corruption(format!("segment {}: {e}", self.meta.path));
+                    let mut reader = self.object_reader(true);
+                    // The footer is parsed only once the tail's checksum matched.
+                    let sum = self.meta.checksum.as_ref().filter(|_| self.verify);
+                    if let Some(sum) = sum {
+                        let tail = reader
+                            .get_bytes(sum.data_bytes..self.meta.size_bytes)
+                            .await
+                            .map_err(corrupt)?;
+                        checksum::check_tail(&self.meta.path, sum, &tail)?;
+                        reader.tail = Some((sum.data_bytes, tail));
+                    }
+                    let opts = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+                    let meta = ArrowReaderMetadata::load_async(&mut reader, opts)
                         .await
                         .map_err(corrupt)?;
-                    checksum::check_tail(&self.meta.path, sum, &tail)?;
-                    reader.tail = Some((sum.data_bytes, tail));
-                }
-                let opts = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-                let meta = ArrowReaderMetadata::load_async(&mut reader, opts)
-                    .await
-                    .map_err(corrupt)?;
-                if let Some(sum) = sum {
-                    let table = meta
+                    if let Some(sum) = sum {
+                        let table = meta
                         .metadata()
                         .file_metadata()
                         .key_value_metadata()
@@ -69,10 +70,11 @@ impl Segment {
                                 self.meta.path
                             ))
                         })?;
-                    let checks = checksum::BlockChecks::parse(&self.meta.path, sum.data_bytes, table)?;
-                    let _ = self.checks.set(Arc::new(checks));
-                }
-                Ok(meta)
+                        let checks = checksum::BlockChecks::parse(&self.meta.path, sum.data_bytes, table)?;
+                        let _ = self.checks.set(Arc::new(checks));
+                    }
+                    Ok(meta)
+                })
             })
             .await
     }
@@ -88,8 +90,10 @@ impl Segment {
                 let opts = ArrowReaderOptions::new()
                     .with_page_index_policy(PageIndexPolicy::Optional)
                     .with_schema(schema);
-                ArrowReaderMetadata::try_new(base.metadata().clone(), opts)
-                    .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+                super::no_panic(&self.meta.path, || {
+                    ArrowReaderMetadata::try_new(base.metadata().clone(), opts)
+                        .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+                })
             })
             .await
     }
@@ -140,6 +144,10 @@ impl Segment {
 
     /// The state of one key in this segment, if it has it.
     pub async fn get(self: &Arc<Self>, key: &[u8], columns: Option<&[String]>) -> Result<Option<RowState>> {
+        super::no_panic_async(&self.meta.path, self.get_unguarded(key, columns)).await
+    }
+
+    async fn get_unguarded(self: &Arc<Self>, key: &[u8], columns: Option<&[String]>) -> Result<Option<RowState>> {
         if key < self.min_key.as_slice() || key > self.max_key.as_slice() {
             return Ok(None);
         }
@@ -535,6 +543,11 @@ impl SegmentCursor {
 
     /// The next run of key states in scan order, or `None` at the end.
     pub async fn next_chunk(&mut self) -> Result<Option<Vec<(Vec<u8>, RowState)>>> {
+        let seg = self.seg.clone();
+        super::no_panic_async(&seg.meta.path, self.next_chunk_unguarded()).await
+    }
+
+    async fn next_chunk_unguarded(&mut self) -> Result<Option<Vec<(Vec<u8>, RowState)>>> {
         let meta = self.seg.reader_metadata().await?.clone();
         let md = meta.metadata();
         if self.pending.is_none() {
