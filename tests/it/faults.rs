@@ -233,6 +233,56 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
     assert_eq!(rows[100].latest("n"), Some(&Value::Integer(100)));
 }
 
+/// A flush whose segment is written but whose manifest commit fails (the
+/// put after the segment's): the flush fails, nothing is lost or doubled,
+/// the segment no manifest names is deleted at the next open, and the next
+/// flush commits.
+#[tokio::test]
+async fn a_failed_manifest_commit_fails_the_flush_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let store = Arc::new(FailingStore::over(Arc::new(local)));
+    let options = || DbOptions::default().clock(clock.clone()).object_store(store.clone());
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    for i in 0..50 {
+        t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+    }
+    store.fail_after(1);
+    let err = t.flush().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert!(err.message().contains("injected"), "{}", err.message());
+    assert_eq!(t.stats().segments, 0);
+    store.heal();
+    // an overwrite after the failed commit must win over the flushed copy
+    t.put_row(PutRow::new(pk(7, "a")).column("n", 700)).await.unwrap();
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 50);
+    drop(t);
+    db.close().await.unwrap();
+
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    let t = db.table("t").unwrap();
+    let segments_on_disk = || {
+        std::fs::read_dir(dir.path().join("tables/1/segments"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        segments_on_disk(),
+        0,
+        "the segment no manifest names is deleted at open"
+    );
+    t.flush().await.unwrap();
+    let rows = scan_all(&t, GetRange::new()).await;
+    assert_eq!(rows.len(), 50);
+    let seven = rows.iter().find(|r| r.primary_key == pk(7, "a")).unwrap();
+    assert_eq!(seven.latest("n"), Some(&Value::Integer(700)));
+    drop(t);
+    db.close().await.unwrap();
+    assert_eq!(cellar::check(dir.path(), None).await.unwrap().damaged(), 0);
+}
+
 /// A WAL file whose appends fail while `fail` is set, after writing half
 /// their bytes (as a write cut short by a full disk does); with
 /// `truncatable`, it can be cut back.
