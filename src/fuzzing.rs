@@ -66,10 +66,20 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
+/// Restores the default panic hook once. libfuzzer-sys's hook aborts on
+/// every panic, also one that Cellar catches on purpose (a panic inside
+/// the Parquet reader on a damaged file becomes a corruption error); a
+/// panic that escapes an entry point still aborts the fuzzer.
+fn default_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| drop(std::panic::take_hook()));
+}
+
 /// A segment file without checksums (so that the decoders, not the
 /// checksums, meet the damage): the whole-file check, a point get of a few
 /// keys and a scan, through the object store.
 pub fn segment(data: &[u8]) {
+    default_panic_hook();
     let _ = crate::segment::verify_file("s.parquet", None, Bytes::copy_from_slice(data));
     let store = Arc::new(object_store::memory::InMemory::new());
     let meta = SegmentMeta {
