@@ -163,6 +163,7 @@ impl SqlSession {
     /// UPDATE, DELETE, COPY) and DDL have taken effect when this returns;
     /// a query's rows stream as the returned stream is read.
     pub async fn execute(&self, sql: &str) -> DfResult<StatementOutput> {
+        check_name_chains(sql)?;
         let mut stmts = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?;
         if stmts.len() != 1 {
             return Err(DataFusionError::Plan(format!(
@@ -225,6 +226,40 @@ impl SqlSession {
             StatementOutput::Done(_) => Ok(Vec::new()),
         }
     }
+}
+
+/// Most parts of a dotted name (`catalog.schema.table.column.field...`,
+/// bracketed subscripts included) a statement may hold.
+pub const MAX_NAME_PARTS: usize = 16;
+
+/// Refuses a statement holding a name of more than [`MAX_NAME_PARTS`]
+/// dotted parts before it reaches the parser: sqlparser 0.62 (the version
+/// DataFusion 55 pins) backtracks exponentially on long chains such as
+/// `a.b.c[d.e...` (fuzzing found 300-byte statements that took 12-20 s to
+/// be rejected; sqlparser 0.63 fixes it). Tokenizing is linear, and at 16
+/// parts the parser's worst case is well under a second.
+fn check_name_chains(sql: &str) -> DfResult<()> {
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    // What does not tokenize is the parser's to report.
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+        return Ok(());
+    };
+    let mut parts = 1;
+    for t in tokens {
+        match t {
+            Token::Period => {
+                parts += 1;
+                if parts > MAX_NAME_PARTS {
+                    return Err(DataFusionError::Plan(format!(
+                        "a dotted name has more than {MAX_NAME_PARTS} parts; at most {MAX_NAME_PARTS} are accepted"
+                    )));
+                }
+            }
+            Token::Word(_) | Token::Number(..) | Token::LBracket | Token::RBracket => {}
+            _ => parts = 1,
+        }
+    }
+    Ok(())
 }
 
 /// Wraps collected batches as a stream.
@@ -346,6 +381,24 @@ pub fn is_incomplete(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A statement of the shape that made sqlparser 0.62 backtrack for
+    /// seconds (found by fuzzing) is refused at once; ordinary dotted
+    /// names, numbers and subscripts are not.
+    #[test]
+    fn long_dotted_name_chains_are_refused_before_parsing() {
+        let slow = "SELECT k, suml|eiadxr.ndnd.un.pmt.amoe.con.umml.tnp[d.umpt.amoe.llar.un.pmt.amoe.con.umml.tnp[d.umpt.ae.con.umml.tnp[d.umpt.amoe.llar_versions(''consu[mpti$n  moe.llar_versions(''consu[mpti$n       RE  ,on-w)d";
+        let start = std::time::Instant::now();
+        let err = check_name_chains(slow).unwrap_err().to_string();
+        assert!(err.contains("at most 16"), "{err}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        for ok in [
+            "SELECT cellar.public.t.k, a.b[1].c, 1.5 + 2.25 FROM cellar.public.t AS t JOIN u ON t.k = u.k",
+            "SELECT x.y FROM a.b, c.d, e.f, g.h, i.j, k.l, m.n, o.p, q.r, s.t, u.v, w.x, y.z, aa.bb, cc.dd, ee.ff, gg.hh",
+        ] {
+            check_name_chains(ok).unwrap();
+        }
+    }
 
     #[test]
     fn statements_split_outside_quotes_and_comments() {
