@@ -244,19 +244,32 @@ fn check_name_chains(sql: &str) -> DfResult<()> {
     let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
         return Ok(());
     };
+    // Whitespace may stand around the dots (`a .\r b`); two names in a
+    // row (`a.b JOIN c.d`) start a new chain.
     let mut parts = 1;
-    for t in tokens {
+    let mut after_name = false;
+    for t in tokens.iter().filter(|t| !matches!(t, Token::Whitespace(_))) {
         match t {
             Token::Period => {
                 parts += 1;
+                after_name = false;
                 if parts > MAX_NAME_PARTS {
                     return Err(DataFusionError::Plan(format!(
                         "a dotted name has more than {MAX_NAME_PARTS} parts; at most {MAX_NAME_PARTS} are accepted"
                     )));
                 }
             }
-            Token::Word(_) | Token::Number(..) | Token::LBracket | Token::RBracket => {}
-            _ => parts = 1,
+            Token::Word(_) | Token::Number(..) | Token::RBracket => {
+                if after_name {
+                    parts = 1;
+                }
+                after_name = true;
+            }
+            Token::LBracket => after_name = false,
+            _ => {
+                parts = 1;
+                after_name = false;
+            }
         }
     }
     Ok(())
@@ -389,12 +402,17 @@ mod tests {
     fn long_dotted_name_chains_are_refused_before_parsing() {
         let slow = "SELECT k, suml|eiadxr.ndnd.un.pmt.amoe.con.umml.tnp[d.umpt.amoe.llar.un.pmt.amoe.con.umml.tnp[d.umpt.ae.con.umml.tnp[d.umpt.amoe.llar_versions(''consu[mpti$n  moe.llar_versions(''consu[mpti$n       RE  ,on-w)d";
         let start = std::time::Instant::now();
+        // The same with whitespace around the dots (a later fuzzer find).
+        let spaced = "SELECT k, suml|eiadxr.ndnd.un.pmt.amoe.con.umml.tnp[d.umpt.amoe.\rll.r.un.pmt.amoe.con.vmml.tnp[d.ump$at$t.amoe.\rcon.vmml.tnp[d.ump$at$t.amoe.\rllar_versions(''c";
+        assert!(check_name_chains(spaced).is_err());
         let err = check_name_chains(slow).unwrap_err().to_string();
         assert!(err.contains("at most 16"), "{err}");
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
         for ok in [
             "SELECT cellar.public.t.k, a.b[1].c, 1.5 + 2.25 FROM cellar.public.t AS t JOIN u ON t.k = u.k",
             "SELECT x.y FROM a.b, c.d, e.f, g.h, i.j, k.l, m.n, o.p, q.r, s.t, u.v, w.x, y.z, aa.bb, cc.dd, ee.ff, gg.hh",
+            "SELECT a.b FROM s.t1 JOIN s.t2 USING (k) JOIN s.t3 USING (k) JOIN s.t4 USING (k) JOIN s.t5 USING (k) JOIN s.t6 USING (k) JOIN s.t7 USING (k) JOIN s.t8 USING (k) JOIN s.t9 USING (k) JOIN s.t10 USING (k) JOIN s.t11 USING (k) JOIN s.t12 USING (k) JOIN s.t13 USING (k) JOIN s.t14 USING (k) JOIN s.t15 USING (k) JOIN s.t16 USING (k) JOIN s.t17 USING (k)",
+            "SELECT a . b . c FROM t WHERE x.y IN (1.5, 2.5) AND m.n[1].o = p.q",
         ] {
             check_name_chains(ok).unwrap();
         }
