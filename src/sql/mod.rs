@@ -259,13 +259,15 @@ fn check_name_chains(sql: &str) -> DfResult<()> {
                     )));
                 }
             }
-            Token::Word(_) | Token::Number(..) | Token::RBracket => {
+            Token::Word(_) | Token::Number(..) | Token::RBracket | Token::RParen => {
                 if after_name {
                     parts = 1;
                 }
                 after_name = true;
             }
-            Token::LBracket => after_name = false,
+            // A chain goes on inside brackets and parentheses
+            // (`a.b[c.(d.e...`): the parser's speculation does too.
+            Token::LBracket | Token::LParen => after_name = false,
             _ => {
                 parts = 1;
                 after_name = false;
@@ -405,6 +407,9 @@ mod tests {
         // The same with whitespace around the dots (a later fuzzer find).
         let spaced = "SELECT k, suml|eiadxr.ndnd.un.pmt.amoe.con.umml.tnp[d.umpt.amoe.\rll.r.un.pmt.amoe.con.vmml.tnp[d.ump$at$t.amoe.\rcon.vmml.tnp[d.ump$at$t.amoe.\rllar_versions(''c";
         assert!(check_name_chains(spaced).is_err());
+        // ... and with parentheses inside the chain (a third find).
+        let parens = "SELECT k, suml|eiadxr.ndnn.un.pmt.amo|eiadxr.ndnn.un.pmt.amoe.con.umml.tnp[d.(umpt.amoe.\rllar.un.pmt.amoe.e.con.umml.tnp[d.(umpt.amoe.\rllar.un.pmt.amoe.con.umml.tnp[d.ulp$at$t.amoe";
+        assert!(check_name_chains(parens).is_err());
         let err = check_name_chains(slow).unwrap_err().to_string();
         assert!(err.contains("at most 16"), "{err}");
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
@@ -413,6 +418,7 @@ mod tests {
             "SELECT x.y FROM a.b, c.d, e.f, g.h, i.j, k.l, m.n, o.p, q.r, s.t, u.v, w.x, y.z, aa.bb, cc.dd, ee.ff, gg.hh",
             "SELECT a.b FROM s.t1 JOIN s.t2 USING (k) JOIN s.t3 USING (k) JOIN s.t4 USING (k) JOIN s.t5 USING (k) JOIN s.t6 USING (k) JOIN s.t7 USING (k) JOIN s.t8 USING (k) JOIN s.t9 USING (k) JOIN s.t10 USING (k) JOIN s.t11 USING (k) JOIN s.t12 USING (k) JOIN s.t13 USING (k) JOIN s.t14 USING (k) JOIN s.t15 USING (k) JOIN s.t16 USING (k) JOIN s.t17 USING (k)",
             "SELECT a . b . c FROM t WHERE x.y IN (1.5, 2.5) AND m.n[1].o = p.q",
+            "SELECT f(a.b) FROM s.t WHERE (s.t.x) IN (SELECT u.v.w FROM u.v) AND (x.y.z) > (p.q.r) ORDER BY (a.b)",
         ] {
             check_name_chains(ok).unwrap();
         }
