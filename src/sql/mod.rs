@@ -244,8 +244,11 @@ fn check_name_chains(sql: &str) -> DfResult<()> {
     let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
         return Ok(());
     };
-    // Whitespace may stand around the dots (`a .\r b`); two names in a
-    // row (`a.b JOIN c.d`) start a new chain.
+    // A chain is names joined by dots, through brackets and parentheses
+    // (`a.b[c.(d.e...`) and whitespace; any two tokens in a row without a
+    // dot between them (`a.b JOIN c.d`, `x.y = z.w`, `a.b, c.d`) end it.
+    // Every token but a dot or an opening bracket counts as a name here,
+    // so no token kind (placeholders, numbers, operators) slips through.
     let mut parts = 1;
     let mut after_name = false;
     for t in tokens.iter().filter(|t| !matches!(t, Token::Whitespace(_))) {
@@ -259,18 +262,12 @@ fn check_name_chains(sql: &str) -> DfResult<()> {
                     )));
                 }
             }
-            Token::Word(_) | Token::Number(..) | Token::RBracket | Token::RParen => {
+            Token::LBracket | Token::LParen => after_name = false,
+            _ => {
                 if after_name {
                     parts = 1;
                 }
                 after_name = true;
-            }
-            // A chain goes on inside brackets and parentheses
-            // (`a.b[c.(d.e...`): the parser's speculation does too.
-            Token::LBracket | Token::LParen => after_name = false,
-            _ => {
-                parts = 1;
-                after_name = false;
             }
         }
     }
@@ -410,6 +407,9 @@ mod tests {
         // ... and with parentheses inside the chain (a third find).
         let parens = "SELECT k, suml|eiadxr.ndnn.un.pmt.amo|eiadxr.ndnn.un.pmt.amoe.con.umml.tnp[d.(umpt.amoe.\rllar.un.pmt.amoe.e.con.umml.tnp[d.(umpt.amoe.\rllar.un.pmt.amoe.con.umml.tnp[d.ulp$at$t.amoe";
         assert!(check_name_chains(parens).is_err());
+        // ... and with placeholders in it (a fourth).
+        let dollars = "SELECT k, ELoe.con.umptM[sumlleiad_r.nd.Umpt.amoe.con.$usumlleiad_r.nd.umpt.amoe.cleiadtM[sumlleiad_r.nd.Umpt.amoe.con.$usumlleiad_r.nd.umpt.amoe.cleiad_r.nd";
+        assert!(check_name_chains(dollars).is_err());
         let err = check_name_chains(slow).unwrap_err().to_string();
         assert!(err.contains("at most 16"), "{err}");
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
