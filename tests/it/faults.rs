@@ -187,13 +187,22 @@ impl ObjectStore for FailingStore {
     }
 }
 
-#[tokio::test]
-async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
+/// A data directory whose files go through a [`FailingStore`], and the
+/// options that open a database on it.
+fn failing_store() -> (tempfile::TempDir, Arc<FailingStore>, impl Fn() -> DbOptions) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
     let store = Arc::new(FailingStore::over(Arc::new(local)));
-    let options = || DbOptions::default().clock(clock.clone()).object_store(store.clone());
+    let s = store.clone();
+    (dir, store, move || {
+        DbOptions::default().clock(clock.clone()).object_store(s.clone())
+    })
+}
+
+#[tokio::test]
+async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
+    let (dir, store, options) = failing_store();
     let db = Database::open_with(dir.path(), options()).await.unwrap();
     let t = card_order_table(&db, TableOptions::default()).await;
     for i in 0..50 {
@@ -239,11 +248,7 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
 /// flush commits.
 #[tokio::test]
 async fn a_failed_manifest_commit_fails_the_flush_and_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
-    let store = Arc::new(FailingStore::over(Arc::new(local)));
-    let options = || DbOptions::default().clock(clock.clone()).object_store(store.clone());
+    let (dir, store, options) = failing_store();
     let db = Database::open_with(dir.path(), options()).await.unwrap();
     let t = card_order_table(&db, TableOptions::default()).await;
     for i in 0..50 {
