@@ -52,6 +52,9 @@ pub(crate) fn hit(name: &str) {
 /// Logs a completed fsync of a file durable up to `len` bytes, or of a
 /// directory (`len = None`); see the module docs.
 pub(crate) fn synced(path: &Path, len: Option<u64>) {
+    if !sync_log_on() {
+        return;
+    }
     log_line(
         path,
         match len {
@@ -66,14 +69,24 @@ pub(crate) fn created(path: &Path) {
     log_line(path, "create".into());
 }
 
-fn log_line(path: &Path, what: String) {
+/// Whether `CELLAR_SYNC_LOG` is set: callers on a hot path (the WAL's
+/// fsync per group commit) build the path to log only then.
+pub(crate) fn sync_log_on() -> bool {
+    sync_log().is_some()
+}
+
+fn sync_log() -> Option<&'static Mutex<std::fs::File>> {
     static LOG: OnceLock<Option<Mutex<std::fs::File>>> = OnceLock::new();
-    let log = LOG.get_or_init(|| {
+    LOG.get_or_init(|| {
         let path = std::env::var_os("CELLAR_SYNC_LOG")?;
         let f = std::fs::OpenOptions::new().create(true).append(true).open(path).ok()?;
         Some(Mutex::new(f))
-    });
-    let Some(log) = log else { return };
+    })
+    .as_ref()
+}
+
+fn log_line(path: &Path, what: String) {
+    let Some(log) = sync_log() else { return };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
