@@ -16,6 +16,9 @@
 //! | `compaction.outputs_written` | a compaction's outputs are durable, not yet committed |
 //! | `compaction.committed` | the manifest swapping inputs for outputs is durable |
 //! | `manifest.written` | any manifest or catalog version was written, older ones not yet pruned |
+//! | `archive.uploaded` | an archive's segments and complete marker are stored, the catalog not yet changed |
+//! | `archive.committed` | the catalog records the archive, the local copy not yet freed |
+//! | `restore.manifest` | a restore's local manifest is durable, the catalog not yet changed |
 //!
 //! `CELLAR_SYNC_LOG=FILE` makes the process append a line to FILE after
 //! every fsync it completes: `<unix ns> file <bytes> <path>` (the file is

@@ -36,6 +36,8 @@ pub enum ErrorKind {
     Corruption,
     /// The database was closed, or a background task failed.
     Closed,
+    /// The table refuses writes: it is archived, or being archived.
+    ReadOnly,
 }
 
 impl ErrorKind {
@@ -54,6 +56,7 @@ impl ErrorKind {
             ErrorKind::Io => "IO",
             ErrorKind::Corruption => "Corruption",
             ErrorKind::Closed => "Closed",
+            ErrorKind::ReadOnly => "ReadOnly",
         }
     }
 

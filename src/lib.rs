@@ -41,10 +41,11 @@ mod clock;
 mod error;
 mod options;
 
+pub use archive::{TransferProgress, TransferReport};
 pub use check::{CheckReport, FileCheck, FileState, check};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::table::{Table, TableStats};
-pub use db::{Database, TableDescription};
+pub use db::{ArchiveOnDrop, Database, TableDescription, TableListing};
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{
     ColumnValue, DeleteRow, Direction, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult,
@@ -62,6 +63,7 @@ pub use wal::{Durability, OsWalOpener, WalFile, WalOpener};
 pub use write::committer::QueuedWrites;
 
 // Storage components (crate-private).
+mod archive;
 mod compaction;
 mod crash_point;
 mod db;

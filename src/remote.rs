@@ -145,6 +145,27 @@ impl RemoteLocation {
         })
     }
 
+    /// The same location with a relative local path made absolute (the
+    /// catalog records locations, and a later process may run elsewhere).
+    pub(crate) fn absolute(&self) -> Result<RemoteLocation> {
+        let mut out = self.clone();
+        if let Target::Local(dir) = self.target()?
+            && dir.is_relative()
+        {
+            let abs = std::path::absolute(&dir).map_err(|e| Error::io(format!("resolve {}", dir.display()), e))?;
+            out.url = abs.display().to_string();
+        }
+        Ok(out)
+    }
+
+    /// The URL, with the endpoint when there is one (for messages).
+    pub fn describe(&self) -> String {
+        match &self.endpoint {
+            Some(e) => format!("{} (endpoint {e})", self.url),
+            None => self.url.clone(),
+        }
+    }
+
     /// An error about this location: what was being done, and what the
     /// store said, with a hint for the usual causes.
     pub(crate) fn error(&self, doing: &str, e: impl std::fmt::Display) -> Error {

@@ -143,9 +143,20 @@ pub enum Command {
     Drop {
         /// Table name
         table: String,
+        /// For an archived table: drop it and leave its archive in place
+        #[arg(long, conflicts_with = "delete_archive")]
+        keep_archive: bool,
+        /// For an archived table: drop it and delete its archive's objects
+        #[arg(long)]
+        delete_archive: bool,
     },
     /// List table names, one per line, sorted
-    List,
+    List {
+        /// One JSON object per table instead: name, state (local or
+        /// archived) and archive location
+        #[arg(long)]
+        long: bool,
+    },
     /// Print a table's definition as JSON
     Describe {
         /// Table name
@@ -215,6 +226,29 @@ pub enum Command {
         /// Where the S3 server is
         #[command(flatten)]
         remote: transfer::RemoteArgs,
+    },
+    /// Move a table's data to an object store (S3 or a directory), where it
+    /// stays queryable and read-only
+    Archive {
+        /// Table name
+        table: String,
+        /// Where: s3://BUCKET[/PREFIX], file:///PATH or a local directory
+        #[arg(long)]
+        to: String,
+        /// No progress bar
+        #[arg(long)]
+        quiet: bool,
+        /// Where the S3 server is
+        #[command(flatten)]
+        remote: transfer::RemoteArgs,
+    },
+    /// Bring an archived table back into the data directory, writable
+    Restore {
+        /// Table name
+        table: String,
+        /// No progress bar
+        #[arg(long)]
+        quiet: bool,
     },
     /// Create the demo dataset on the data directory and run the demo queries
     Demo,
@@ -299,10 +333,31 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         Command::Alter { table, options } => {
             db.alter_table(&table, options.update()).await?;
         }
-        Command::Drop { table } => db.drop_table(&table).await?,
-        Command::List => {
-            for t in db.list_tables() {
-                writeln!(out, "{t}").map_err(io)?;
+        Command::Drop {
+            table,
+            keep_archive,
+            delete_archive,
+        } => {
+            let archive = match (keep_archive, delete_archive) {
+                (true, _) => crate::ArchiveOnDrop::Keep,
+                (_, true) => crate::ArchiveOnDrop::Delete,
+                _ => crate::ArchiveOnDrop::Refuse,
+            };
+            db.drop_table_with(&table, archive).await?
+        }
+        Command::List { long } => {
+            for t in db.table_listing() {
+                if long {
+                    let line = json!({
+                        "table": t.name,
+                        "state": t.state(),
+                        "location": t.archive.as_ref().map(|a| &a.url),
+                        "endpoint": t.archive.as_ref().and_then(|a| a.endpoint.as_ref()),
+                    });
+                    writeln!(out, "{line}").map_err(io)?;
+                } else {
+                    writeln!(out, "{}", t.name).map_err(io)?;
+                }
             }
         }
         Command::Describe { table, stats } => {
@@ -398,6 +453,19 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         } => {
             drop(out);
             transfer::export(db, &table, remote.location(&to), export).await?;
+        }
+        Command::Archive {
+            table,
+            to,
+            quiet,
+            remote,
+        } => {
+            drop(out);
+            transfer::archive(db, &table, remote.location(&to), quiet).await?;
+        }
+        Command::Restore { table, quiet } => {
+            drop(out);
+            transfer::restore(db, &table, quiet).await?;
         }
         Command::Check { .. } => unreachable!("handled before the database is opened"),
         Command::Demo => {

@@ -1,4 +1,5 @@
-//! Commands that move a table's data out of the data directory: `export`.
+//! Commands that move a table's data out of the data directory and back:
+//! `export`, `archive`, `restore`.
 //!
 //! Invariants: a progress bar is drawn only on a terminal and never with
 //! `--quiet`; the one line on stdout (JSON) is printed only once the work
@@ -12,6 +13,7 @@ use crate::Database;
 use crate::error::{Error, Result};
 use crate::remote::RemoteLocation;
 use crate::sql::{ExportOptions, ExportReport};
+use crate::{TransferProgress, TransferReport};
 
 /// Where a remote location's server is (S3); credentials come from the
 /// `AWS_*` environment variables.
@@ -137,4 +139,61 @@ pub(super) async fn export(db: &Database, table: &str, to: RemoteLocation, args:
         "bytes": report.bytes(),
     });
     writeln!(std::io::stdout().lock(), "{line}").map_err(|e| Error::io("write to stdout", e))
+}
+
+/// A progress bar on stderr over `total` bytes, or nothing when stderr is
+/// not a terminal or `quiet` is set.
+fn bytes_bar(quiet: bool) -> Option<indicatif::ProgressBar> {
+    if quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let p = indicatif::ProgressBar::new(0);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta}) {msg}")
+    {
+        p.set_style(style);
+    }
+    p.enable_steady_tick(std::time::Duration::from_millis(200));
+    Some(p)
+}
+
+/// Shows an archive's or a restore's progress on the bar.
+fn show(bar: &Option<indicatif::ProgressBar>, p: &TransferProgress) {
+    if let Some(b) = bar {
+        b.set_length(p.bytes);
+        b.set_position(p.bytes_done);
+        b.set_message(format!("{}/{} files", p.files_done, p.files));
+    }
+}
+
+/// Clears the bar, then prints the report as one JSON line.
+fn report(table: &str, bar: Option<indicatif::ProgressBar>, result: Result<TransferReport>) -> Result<()> {
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let r = result?;
+    let line = serde_json::json!({
+        "table": table,
+        "location": r.location,
+        "files": r.files,
+        "bytes": r.bytes,
+        "reused_files": r.reused_files,
+        "already_done": r.already_done,
+    });
+    writeln!(std::io::stdout().lock(), "{line}").map_err(|e| Error::io("write to stdout", e))
+}
+
+/// `cellar archive TABLE --to URL`: prints
+/// `{"table":..,"location":..,"files":N,"bytes":B,"reused_files":R,"already_done":false}`.
+pub(super) async fn archive(db: &Database, table: &str, to: RemoteLocation, quiet: bool) -> Result<()> {
+    let bar = bytes_bar(quiet);
+    let result = db.archive_table(table, &to, &|p| show(&bar, p)).await;
+    report(table, bar, result)
+}
+
+/// `cellar restore TABLE`: prints the same line as `archive`.
+pub(super) async fn restore(db: &Database, table: &str, quiet: bool) -> Result<()> {
+    let bar = bytes_bar(quiet);
+    let result = db.restore_table(table, &|p| show(&bar, p)).await;
+    report(table, bar, result)
 }

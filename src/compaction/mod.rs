@@ -84,6 +84,10 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
     } else {
         (None, Some(table.compaction.read().await))
     };
+    if table.is_archived() {
+        // Its segments are the archive's objects: never rewritten.
+        return Ok(false);
+    }
     let options = *table.options.read();
     let cutoff = options.ttl_cutoff_ms(p.now_ms);
     let (segs, span, _busy) = {

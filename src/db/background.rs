@@ -124,7 +124,7 @@ impl Shared {
     }
 
     pub(crate) fn schedule_compaction(&self, table: Arc<TableInner>) {
-        if !self.options.auto_compaction || self.closed.load(Ordering::Acquire) {
+        if !self.options.auto_compaction || self.closed.load(Ordering::Acquire) || table.is_archived() {
             return;
         }
         // Most flushes leave nothing to do: spawn nothing then.

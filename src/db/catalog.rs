@@ -1,5 +1,8 @@
 //! The catalog: the names, ids, schemas and options of a database's
-//! tables, committed as numbered versions like a table's manifest.
+//! tables, and where archived ones are, committed as numbered versions
+//! like a table's manifest. An archived table's segment list lives here
+//! (its local manifest is gone), so one catalog commit switches a table
+//! between local and archived.
 //!
 //! Invariant: DDL holds the catalog lock from reading the committed
 //! version to committing the next one, so DDL statements are serialised and
@@ -7,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::archive::ArchiveRecord;
 use crate::model::schema::{TableOptions, TableSchema};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -20,4 +24,7 @@ pub(super) struct CatalogEntry {
     pub(super) id: u64,
     pub(super) schema: TableSchema,
     pub(super) options: TableOptions,
+    /// Set once the table is archived: where, and its segments there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) archive: Option<ArchiveRecord>,
 }

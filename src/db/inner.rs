@@ -86,6 +86,9 @@ impl DbInner {
         let mut pending = Vec::new();
         for (table, w) in writes {
             let r = self.table_inner(table.as_ref()).and_then(|t| {
+                if t.read_only.load(Ordering::Acquire) {
+                    return Err(t.read_only_error());
+                }
                 let opts = *t.options.read();
                 let (key, mutation) = validate::to_mutation(&t.schema, &opts, now, w)?;
                 pending.push(PendingWrite {

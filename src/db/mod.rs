@@ -21,6 +21,7 @@
 //! catalog lock; a table's id is never reused, so a dropped table's files
 //! can never be mistaken for a new table's.
 
+mod archive;
 mod background;
 mod catalog;
 mod inner;
@@ -34,6 +35,7 @@ use std::sync::atomic::Ordering;
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt};
 
+pub use self::archive::ArchiveOnDrop;
 use self::catalog::{CatalogEntry, CatalogFile};
 use self::inner::DbInner;
 use self::table::Table;
@@ -53,6 +55,22 @@ pub struct TableDescription {
     pub schema: TableSchema,
     /// The table's options.
     pub options: TableOptions,
+}
+
+/// A table as `cellar list --long` and `SHOW TABLES` show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableListing {
+    /// The table's name.
+    pub name: String,
+    /// Where the table is archived; `None`: its data is local.
+    pub archive: Option<crate::remote::RemoteLocation>,
+}
+
+impl TableListing {
+    /// `"local"` or `"archived"`.
+    pub fn state(&self) -> &'static str {
+        if self.archive.is_some() { "archived" } else { "local" }
+    }
 }
 
 /// An open database. Cheap to clone; all clones share one writer.
@@ -127,6 +145,7 @@ impl Database {
             id,
             schema: schema.clone(),
             options,
+            archive: None,
         });
         self.commit_catalog(&mut cat, next).await?;
         let t = Arc::new(TableInner::new(
@@ -177,8 +196,14 @@ impl Database {
         Ok(())
     }
 
-    /// Drops a table and deletes its files.
+    /// Drops a table and deletes its files. Refuses an archived table:
+    /// see [`Database::drop_table_with`].
     pub async fn drop_table(&self, name: &str) -> Result<()> {
+        self.drop_table_with(name, ArchiveOnDrop::Refuse).await
+    }
+
+    /// Drops a table from the catalog and deletes its local files.
+    async fn drop_local_table(&self, name: &str) -> Result<()> {
         let mut cat = self.inner.catalog.lock().await;
         let t = self.table_inner(name)?;
         let mut next = cat.1.clone();
@@ -203,6 +228,25 @@ impl Database {
     /// Table names, sorted.
     pub fn list_tables(&self) -> Vec<String> {
         self.inner.shared.tables.read().keys().cloned().collect()
+    }
+
+    /// Every table with where its data is, sorted by name.
+    pub fn table_listing(&self) -> Vec<TableListing> {
+        self.inner
+            .shared
+            .tables
+            .read()
+            .iter()
+            .map(|(name, t)| TableListing {
+                name: name.clone(),
+                archive: t
+                    .archive
+                    .read()
+                    .as_ref()
+                    .filter(|a| a.complete)
+                    .map(|a| a.location.clone()),
+            })
+            .collect()
     }
 
     /// A table's schema and options.

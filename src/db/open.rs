@@ -2,7 +2,9 @@
 //! manifest, WAL replay, and the clean-up of what a crash left behind.
 //!
 //! Invariants: a write is replayed into a table only when its sequence
-//! number is above the table's `flushed_seq`; files no manifest names are
+//! number is above the table's `flushed_seq`, and never into an archived
+//! table; opening contacts no archive location (archived segments are
+//! read on first use); files no manifest names are
 //! deleted only after every manifest has been read; the committer starts
 //! after replay, numbering writes after the highest sequence seen.
 
@@ -25,7 +27,7 @@ use super::inner::DbInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::options::DbOptions;
-use crate::segment::{Segment, SegmentWriteOptions};
+use crate::segment::SegmentWriteOptions;
 use crate::state::TableInner;
 use crate::storage::Storage;
 use crate::wal::{self, WalWriter};
@@ -67,36 +69,46 @@ impl Database {
         // table id -> (table, flushed_seq)
         let mut by_id = BTreeMap::new();
         let mut max_seq = 0;
+        let storage = Storage {
+            store: store.clone(),
+            local_root,
+            segment_options: SegmentWriteOptions {
+                row_group_rows: options.row_group_rows,
+                page_rows: options.page_rows,
+                page_bytes: options.page_bytes,
+                numeric_dictionary_bytes: options.numeric_dictionary_bytes,
+            },
+            verify_checksums: options.verify_checksums,
+        };
         for entry in &catalog.tables {
-            let log = ManifestLog::new(&format!("tables/{}/manifest", entry.id));
-            let (mv, manifest) = log.load::<TableManifest>(&*store).await?.unwrap_or_default();
-            max_seq = max_seq.max(manifest.flushed_seq);
-            let manifest_flushed = manifest.flushed_seq;
-            let segments = manifest
-                .segments
-                .iter()
-                .map(|m| {
-                    Arc::new(Segment::new(
-                        m.clone(),
-                        store.clone(),
-                        local_root.as_deref(),
-                        options.verify_checksums,
-                    ))
-                })
-                .collect();
-            let t = Arc::new(TableInner::new(
-                entry.id,
-                entry.schema.clone(),
-                entry.options,
-                mv,
-                manifest,
-                segments,
-            ));
-            by_id.insert(entry.id, (t.clone(), manifest_flushed));
+            let t = match &entry.archive {
+                None => {
+                    let log = ManifestLog::new(&format!("tables/{}/manifest", entry.id));
+                    let (mv, manifest) = log.load::<TableManifest>(&*store).await?.unwrap_or_default();
+                    max_seq = max_seq.max(manifest.flushed_seq);
+                    let segments = manifest
+                        .segments
+                        .iter()
+                        .map(|m| storage.open_segment(m.clone()))
+                        .collect();
+                    let t = TableInner::new(entry.id, entry.schema.clone(), entry.options, mv, manifest, segments);
+                    Arc::new(t)
+                }
+                Some(record) => {
+                    max_seq = max_seq.max(record.manifest.flushed_seq);
+                    super::archive::open_archived(entry.id, &entry.schema, entry.options, record, &storage, &root)?
+                }
+            };
+            // An archived table takes no replayed write (it refused them).
+            let flushed = match &entry.archive {
+                None => t.manifest.lock().await.1.flushed_seq,
+                Some(_) => u64::MAX,
+            };
+            by_id.insert(entry.id, (t.clone(), flushed));
             tables.insert(entry.schema.name.clone(), t);
         }
         delete_orphans(&*store, &by_id.values().map(|(t, _)| t.clone()).collect::<Vec<_>>()).await?;
-        if let Some(root) = &local_root {
+        if let Some(root) = &storage.local_root {
             delete_staged_uploads(root.join("tables")).await?;
         }
 
@@ -136,17 +148,6 @@ impl Database {
             .unwrap_or(u64::MAX);
         wal.delete_obsolete(min_unflushed)?;
 
-        let storage = Storage {
-            store: store.clone(),
-            local_root,
-            segment_options: SegmentWriteOptions {
-                row_group_rows: options.row_group_rows,
-                page_rows: options.page_rows,
-                page_bytes: options.page_bytes,
-                numeric_dictionary_bytes: options.numeric_dictionary_bytes,
-            },
-            verify_checksums: options.verify_checksums,
-        };
         let durability = options.durability;
         let compaction_slots = tokio::sync::Semaphore::new(options.max_background_compactions.max(1));
         let shared = Arc::new_cyclic(|me| Shared {
@@ -256,6 +257,9 @@ async fn delete_orphans(store: &dyn ObjectStore, tables: &[Arc<TableInner>]) -> 
         };
         let orphan = match tables.iter().find(|t| t.id == id) {
             None => true,
+            // An archived table's local files: what an archive had not
+            // freed yet, or a restore had not finished.
+            Some(t) if t.is_archived() => true,
             Some(t) if kind == "segments" => {
                 let m = t.manifest.lock().await;
                 !m.1.segments.iter().any(|s| s.path == o.location.as_ref())

@@ -251,6 +251,9 @@ impl Table {
     /// Freezes the memtable and waits until it is a segment.
     pub async fn flush(&self) -> Result<()> {
         self.check_live()?;
+        if self.inner.is_archived() {
+            return Ok(());
+        }
         self.db.flush_table(&self.inner).await
     }
 
@@ -259,6 +262,10 @@ impl Table {
     /// beyond `max_versions`. Waits until done.
     pub async fn compact(&self) -> Result<()> {
         self.flush().await?;
+        if self.inner.is_archived() {
+            // An archive is compacted once, when it is made.
+            return Ok(());
+        }
         // A compaction gives up when the table's options change while it
         // runs (it may have dropped versions the new options show).
         for _ in 0..3 {

@@ -16,6 +16,7 @@ mod checksum;
 mod encode;
 pub(crate) mod format;
 mod point;
+mod reader;
 mod scan;
 
 pub(crate) use build::{SegmentBuilder, SegmentWriteOptions};
@@ -107,6 +108,10 @@ pub(crate) struct Segment {
     checks: std::sync::OnceLock<Arc<checksum::BlockChecks>>,
     /// Whether reads check the file's checksums (`DbOptions::verify_checksums`).
     verify: bool,
+    /// A local file keeping the file's tail (page index and footer) for
+    /// the next process, for a segment in a remote store (see
+    /// [`Segment::with_tail_cache`]).
+    tail_cache: Option<std::path::PathBuf>,
     /// Set when no manifest references the file any more: it is deleted
     /// when the last reader holding this segment drops it.
     obsolete: AtomicBool,
@@ -153,8 +158,20 @@ impl Segment {
             blooms: OnceCell::new(),
             checks: std::sync::OnceLock::new(),
             verify,
+            tail_cache: None,
             obsolete: AtomicBool::new(false),
         }
+    }
+
+    /// Keeps the file's tail (page index and footer, one read) in a local
+    /// file at `path`, so that a later process opening the same segment
+    /// reads its metadata without a round trip to the store. The cached
+    /// copy is used only when its CRC-32C matches the manifest's, so a
+    /// stale or damaged cache file is read again from the store. For
+    /// segments with checksums; others ignore it.
+    pub fn with_tail_cache(mut self, path: std::path::PathBuf) -> Self {
+        self.tail_cache = Some(path);
+        self
     }
 
     pub fn mark_obsolete(&self) {

@@ -17,134 +17,26 @@ use arrow::array::{
 };
 use arrow::datatypes::{Int64Type, UInt8Type, UInt16Type, UInt64Type};
 use bytes::Bytes;
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
-use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
-use parquet::bloom_filter::Sbbf;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, RowSelection, RowSelector};
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::metadata::ParquetMetaData;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
 use parquet::file::page_index::column_index::{ByteArrayColumnIndex, ColumnIndexMetaData};
 use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::statistics::Statistics;
 
+use super::Segment;
 use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
 use super::point::{RowGroupFile, partition};
-use super::{Segment, checksum};
+use super::reader::{MappedRange, SegmentFileReader};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
 use crate::model::row::RowState;
 use crate::model::types::Value;
 
 impl Segment {
-    /// The Parquet footer with its page index, read once and cached.
-    pub async fn reader_metadata(&self) -> Result<&ArrowReaderMetadata> {
-        self.reader_meta
-            .get_or_try_init(|| {
-                super::no_panic_async(&self.meta.path, async {
-                    let corrupt = |e| Error::corruption(format!("segment {}: {e}", self.meta.path));
-                    let mut reader = self.object_reader(true);
-                    // The footer is parsed only once the tail's checksum matched.
-                    let sum = self.meta.checksum.as_ref().filter(|_| self.verify);
-                    if let Some(sum) = sum {
-                        let tail = reader
-                            .get_bytes(sum.data_bytes..self.meta.size_bytes)
-                            .await
-                            .map_err(corrupt)?;
-                        checksum::check_tail(&self.meta.path, sum, &tail)?;
-                        reader.tail = Some((sum.data_bytes, tail));
-                    }
-                    let opts = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-                    let meta = ArrowReaderMetadata::load_async(&mut reader, opts)
-                        .await
-                        .map_err(corrupt)?;
-                    if let Some(sum) = sum {
-                        let table = meta
-                        .metadata()
-                        .file_metadata()
-                        .key_value_metadata()
-                        .and_then(|kv| kv.iter().find(|e| e.key == checksum::KEY))
-                        .and_then(|e| e.value.as_deref())
-                        .ok_or_else(|| {
-                            Error::corruption(format!(
-                                "segment {} is damaged: its manifest entry has checksums but its footer no block table",
-                                self.meta.path
-                            ))
-                        })?;
-                        let checks = checksum::BlockChecks::parse(&self.meta.path, sum.data_bytes, table)?;
-                        let _ = self.checks.set(Arc::new(checks));
-                    }
-                    Ok(meta)
-                })
-            })
-            .await
-    }
-
-    /// The footer with every string column (PK columns and the `s` value
-    /// children) read as `Utf8View`: no per-row copy of dictionary strings,
-    /// and what DataFusion's own Parquet scans produce.
-    pub async fn view_metadata(&self) -> Result<&ArrowReaderMetadata> {
-        self.view_meta
-            .get_or_try_init(|| async {
-                let base = self.reader_metadata().await?;
-                let schema = views_schema(base.schema());
-                let opts = ArrowReaderOptions::new()
-                    .with_page_index_policy(PageIndexPolicy::Optional)
-                    .with_schema(schema);
-                super::no_panic(&self.meta.path, || {
-                    ArrowReaderMetadata::try_new(base.metadata().clone(), opts)
-                        .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
-                })
-            })
-            .await
-    }
-
-    /// A reader of the file; `mapped`: reads on a local disk borrow pages of
-    /// the mapped file instead of copying.
-    fn object_reader(&self, mapped: bool) -> SegmentFileReader {
-        SegmentFileReader {
-            store: self.store().clone(),
-            path: self.object_path(),
-            size: self.meta.size_bytes,
-            local: if mapped { self.local_file().ok().flatten() } else { None },
-            checks: self.checks.get().cloned(),
-            tail: None,
-        }
-    }
-
-    /// The `__pk` bloom filters of every row group, read once and cached.
-    async fn blooms(&self) -> Result<&Vec<Option<Sbbf>>> {
-        self.blooms
-            .get_or_try_init(|| async {
-                let meta = self.reader_metadata().await?.clone();
-                let n = meta.metadata().num_row_groups();
-                let mut b = ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(true), meta);
-                let mut out = Vec::with_capacity(n);
-                for rg in 0..n {
-                    out.push(
-                        b.get_row_group_column_bloom_filter(rg, 0)
-                            .await
-                            .map_err(|e| Error::corruption(format!("segment {} bloom filter: {e}", self.meta.path)))?,
-                    );
-                }
-                Ok(out)
-            })
-            .await
-    }
-
-    /// True when some row group may hold `key` (key statistics and the
-    /// bloom filter say it might).
-    async fn may_contain(&self, key: &[u8]) -> Result<bool> {
-        let md = self.reader_metadata().await?.metadata().clone();
-        let blooms = self.blooms().await?;
-        let range = KeyRange::point(key);
-        Ok((0..md.num_row_groups()).any(|rg| {
-            row_group_overlaps(&md, rg, &range) && blooms.get(rg).and_then(|b| b.as_ref()).is_none_or(|b| b.check(key))
-        }))
-    }
-
     /// The state of one key in this segment, if it has it.
     pub async fn get(self: &Arc<Self>, key: &[u8], columns: Option<&[String]>) -> Result<Option<RowState>> {
         super::no_panic_async(&self.meta.path, self.get_unguarded(key, columns)).await
@@ -256,7 +148,7 @@ pub(crate) fn view_type(t: &arrow::datatypes::DataType) -> arrow::datatypes::Dat
     }
 }
 
-fn views_schema(s: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
+pub(super) fn views_schema(s: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
     Arc::new(arrow::datatypes::Schema::new_with_metadata(
         s.fields()
             .iter()
@@ -385,128 +277,6 @@ impl Segment {
             .with_batch_size(batch_rows)
             .build()
             .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
-    }
-}
-
-/// Byte-range reads of a segment file through `object_store`.
-pub(crate) struct SegmentFileReader {
-    store: Arc<dyn object_store::ObjectStore>,
-    path: object_store::path::Path,
-    size: u64,
-    /// Set on a local disk: the file mapped into memory, read without copies.
-    local: Option<Arc<memmap2::Mmap>>,
-    /// The block checksums every read of the data region is checked
-    /// against (`None` for a segment without them, or before its footer
-    /// was read).
-    checks: Option<Arc<checksum::BlockChecks>>,
-    /// The file's tail (page index and footer) from this offset, already
-    /// read and checked while the footer is loaded.
-    tail: Option<(u64, Bytes)>,
-}
-
-/// A range of a mapped segment, owned by `Bytes` without copying.
-struct MappedRange(Arc<memmap2::Mmap>, std::ops::Range<usize>);
-
-impl AsRef<[u8]> for MappedRange {
-    fn as_ref(&self) -> &[u8] {
-        &self.0[self.1.clone()]
-    }
-}
-
-fn read_local(map: &Arc<memmap2::Mmap>, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
-    let (start, end) = (range.start as usize, range.end as usize);
-    if start > end || end > map.len() {
-        return Err(parquet::errors::ParquetError::EOF(format!(
-            "range {start}..{end} is past the end of a {}-byte segment",
-            map.len()
-        )));
-    }
-    Ok(Bytes::from_owner(MappedRange(map.clone(), start..end)))
-}
-
-fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
-    parquet::errors::ParquetError::External(Box::new(e))
-}
-
-fn checksum_err(e: Error) -> parquet::errors::ParquetError {
-    parquet::errors::ParquetError::External(Box::new(e))
-}
-
-impl SegmentFileReader {
-    /// `range` of the mapped file, its blocks checked.
-    fn read_mapped(&self, map: &Arc<memmap2::Mmap>, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
-        let bytes = read_local(map, range.clone())?;
-        if let Some(c) = &self.checks {
-            c.check_mapped(map, range).map_err(checksum_err)?;
-        }
-        Ok(bytes)
-    }
-
-    /// The part of the already read tail that is `range`, if it lies there.
-    fn tail_part(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
-        let (start, tail) = self.tail.as_ref()?;
-        (range.start >= *start && range.end <= start + tail.len() as u64)
-            .then(|| tail.slice((range.start - start) as usize..(range.end - start) as usize))
-    }
-
-    /// Reads `ranges` through the object store, each widened to whole
-    /// checksum blocks, checked and cut back.
-    async fn read_checked(&self, ranges: Vec<std::ops::Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
-        let Some(c) = &self.checks else {
-            return self.store.get_ranges(&self.path, &ranges).await.map_err(to_parquet_err);
-        };
-        let wide: Vec<_> = ranges.iter().map(|r| c.whole_blocks(r)).collect();
-        let fetched = self.store.get_ranges(&self.path, &wide).await.map_err(to_parquet_err)?;
-        let mut out = Vec::with_capacity(ranges.len());
-        for ((r, w), b) in ranges.iter().zip(&wide).zip(fetched) {
-            c.check_fetched(w, &b).map_err(checksum_err)?;
-            out.push(b.slice((r.start - w.start) as usize..(r.end - w.start) as usize));
-        }
-        Ok(out)
-    }
-}
-
-impl AsyncFileReader for SegmentFileReader {
-    fn get_bytes(&mut self, range: std::ops::Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        if let Some(b) = self.tail_part(&range) {
-            return async move { Ok(b) }.boxed();
-        }
-        if let Some(f) = &self.local {
-            let r = self.read_mapped(f, range);
-            return async move { r }.boxed();
-        }
-        async move {
-            let mut v = self.read_checked(vec![range]).await?;
-            v.pop()
-                .ok_or_else(|| parquet::errors::ParquetError::General("empty read".into()))
-        }
-        .boxed()
-    }
-
-    fn get_byte_ranges(
-        &mut self,
-        ranges: Vec<std::ops::Range<u64>>,
-    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        if let Some(f) = &self.local {
-            let r = ranges.into_iter().map(|r| self.read_mapped(f, r)).collect();
-            return async move { r }.boxed();
-        }
-        async move { self.read_checked(ranges).await }.boxed()
-    }
-
-    fn get_metadata<'a>(
-        &'a mut self,
-        options: Option<&'a ArrowReaderOptions>,
-    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
-        async move {
-            let size = self.size;
-            let md = ParquetMetaDataReader::new()
-                .with_arrow_reader_options(options)
-                .load_and_finish(self, size)
-                .await?;
-            Ok(Arc::new(md))
-        }
-        .boxed()
     }
 }
 
@@ -652,7 +422,7 @@ fn pk_bounds(stats: Option<&Statistics>) -> Option<(&[u8], &[u8])> {
     }
 }
 
-fn row_group_overlaps(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> bool {
+pub(super) fn row_group_overlaps(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> bool {
     match pk_bounds(md.row_group(rg).column(0).statistics()) {
         Some((min, max)) => range.overlaps(min, max),
         None => true,

@@ -19,9 +19,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::error::{Error, ErrorKind};
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::memtable::Memtable;
 use crate::model::schema::{ColumnDef, TableOptions, TableSchema};
+use crate::remote::RemoteLocation;
 use crate::segment::Segment;
 
 mod commit;
@@ -70,6 +72,23 @@ pub(crate) struct TableInner {
     /// [`monotonic_ms`]; 0: never. The background keeps the overlays of
     /// such tables built (see `overlay::warm`).
     pub wide_scan_ms: AtomicU64,
+    /// Set while the table is archived or being archived: every write is
+    /// refused, in validation and again by the committer (so none that was
+    /// validated before it was set slips in after an archive's flush).
+    pub read_only: AtomicBool,
+    /// Where the table is archived, or being archived.
+    pub archive: RwLock<Option<ArchiveState>>,
+    /// Held by an archive or a restore of the table from start to end.
+    pub transfer: tokio::sync::Mutex<()>,
+}
+
+/// A table's place in an object store.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ArchiveState {
+    pub location: RemoteLocation,
+    /// False while the archive is being written (the local copy is still
+    /// the table), true once the catalog records it.
+    pub complete: bool,
 }
 
 /// Milliseconds since the first call in this process (1 at least), for
@@ -168,6 +187,9 @@ impl TableInner {
             compaction_queued: AtomicBool::new(false),
             catch_up_running: AtomicBool::new(false),
             wide_scan_ms: AtomicU64::new(0),
+            read_only: AtomicBool::new(false),
+            archive: RwLock::new(None),
+            transfer: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -199,6 +221,29 @@ impl TableInner {
             .chain(std::iter::once(&st.active))
             .filter_map(|m| m.min_seq())
             .min()
+    }
+
+    /// The refusal of a write to a read-only table: names the table and
+    /// its archive location, and the way back to writable.
+    pub fn read_only_error(&self) -> Error {
+        let name = &self.schema.name;
+        let message = match &*self.archive.read() {
+            Some(a) if a.complete => format!(
+                "table '{name}' is archived at {} and is read-only; `cellar restore {name}` brings it back local and writable",
+                a.location.describe()
+            ),
+            Some(a) => format!(
+                "table '{name}' is being archived to {} and refuses writes until the archive ends (it is writable again if the archive fails)",
+                a.location.describe()
+            ),
+            None => format!("table '{name}' is read-only"),
+        };
+        Error::new(ErrorKind::ReadOnly, message)
+    }
+
+    /// Whether the table's segments live in an object store.
+    pub fn is_archived(&self) -> bool {
+        self.archive.read().as_ref().is_some_and(|a| a.complete)
     }
 
     /// How many sorted runs the table's segments form.

@@ -79,13 +79,21 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
         while let Some(msg) = next.take() {
             match msg {
                 CommitMsg::Write { writes, done } => {
-                    bytes += writes
-                        .iter()
-                        .map(|w| w.key.len() + w.mutation.approx_bytes())
-                        .sum::<usize>();
-                    let n = writes.len();
-                    group.extend(writes);
-                    acks.push((done, n));
+                    // An archive sets the flag before it freezes the
+                    // memtable, so a write committed after the freeze
+                    // cannot be lost with the local copy.
+                    let read_only = writes.iter().find(|w| w.table.read_only.load(Ordering::Acquire));
+                    if let Some(w) = read_only {
+                        let _ = done.send(Err(w.table.read_only_error()));
+                    } else {
+                        bytes += writes
+                            .iter()
+                            .map(|w| w.key.len() + w.mutation.approx_bytes())
+                            .sum::<usize>();
+                        let n = writes.len();
+                        group.extend(writes);
+                        acks.push((done, n));
+                    }
                 }
                 other => others.push(other),
             }

@@ -1,5 +1,6 @@
 //! Cellar's integration tests: one binary, one module per behaviour.
 
+mod archive;
 mod bad_input;
 mod cli;
 mod common;

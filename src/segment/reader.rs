@@ -1,0 +1,285 @@
+//! A segment file's bytes and metadata: the reader every scan and point
+//! get goes through, the Parquet footer and page index (read once per
+//! process and cached), and the `__pk` bloom filters.
+//!
+//! Invariants: no byte reaches a decoder before its checksum matched; on a
+//! local disk reads borrow the mapped file; a remote segment's tail comes
+//! from the local tail cache only when its CRC-32C matches the manifest.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::bloom_filter::Sbbf;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+
+use super::scan::{row_group_overlaps, views_schema};
+use super::{Segment, checksum};
+use crate::error::{Error, Result};
+use crate::model::key::KeyRange;
+
+impl Segment {
+    /// The Parquet footer with its page index, read once and cached.
+    pub async fn reader_metadata(&self) -> Result<&ArrowReaderMetadata> {
+        self.reader_meta
+            .get_or_try_init(|| {
+                super::no_panic_async(&self.meta.path, async {
+                    let corrupt = |e| Error::corruption(format!("segment {}: {e}", self.meta.path));
+                    let mut reader = self.object_reader(true);
+                    // The footer is parsed only once the tail's checksum matched.
+                    let sum = (self.verify || self.tail_cache.is_some())
+                        .then_some(self.meta.checksum.as_ref())
+                        .flatten();
+                    if let Some(sum) = sum {
+                        let tail = match self.cached_tail(sum) {
+                            Some(tail) => tail,
+                            None => {
+                                let tail = reader
+                                    .get_bytes(sum.data_bytes..self.meta.size_bytes)
+                                    .await
+                                    .map_err(corrupt)?;
+                                checksum::check_tail(&self.meta.path, sum, &tail)?;
+                                self.cache_tail(&tail);
+                                tail
+                            }
+                        };
+                        reader.tail = Some((sum.data_bytes, tail));
+                    }
+                    let sum = sum.filter(|_| self.verify);
+                    let opts = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+                    let meta = ArrowReaderMetadata::load_async(&mut reader, opts)
+                        .await
+                        .map_err(corrupt)?;
+                    if let Some(sum) = sum {
+                        let table = meta
+                        .metadata()
+                        .file_metadata()
+                        .key_value_metadata()
+                        .and_then(|kv| kv.iter().find(|e| e.key == checksum::KEY))
+                        .and_then(|e| e.value.as_deref())
+                        .ok_or_else(|| {
+                            Error::corruption(format!(
+                                "segment {} is damaged: its manifest entry has checksums but its footer no block table",
+                                self.meta.path
+                            ))
+                        })?;
+                        let checks = checksum::BlockChecks::parse(&self.meta.path, sum.data_bytes, table)?;
+                        let _ = self.checks.set(Arc::new(checks));
+                    }
+                    Ok(meta)
+                })
+            })
+            .await
+    }
+
+    /// The tail from the local cache file, if there is one and its
+    /// checksum matches.
+    fn cached_tail(&self, sum: &checksum::FileChecksum) -> Option<Bytes> {
+        let bytes = Bytes::from(std::fs::read(self.tail_cache.as_ref()?).ok()?);
+        checksum::check_tail(&self.meta.path, sum, &bytes).ok()?;
+        Some(bytes)
+    }
+
+    /// Keeps a checked tail in the cache file (best effort: a failure only
+    /// costs the next process a read).
+    fn cache_tail(&self, tail: &[u8]) {
+        let Some(path) = &self.tail_cache else { return };
+        let tmp = path.with_extension("tmp");
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(&tmp, tail))
+            .and_then(|_| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+
+    /// The footer with every string column (PK columns and the `s` value
+    /// children) read as `Utf8View`: no per-row copy of dictionary strings,
+    /// and what DataFusion's own Parquet scans produce.
+    pub async fn view_metadata(&self) -> Result<&ArrowReaderMetadata> {
+        self.view_meta
+            .get_or_try_init(|| async {
+                let base = self.reader_metadata().await?;
+                let schema = views_schema(base.schema());
+                let opts = ArrowReaderOptions::new()
+                    .with_page_index_policy(PageIndexPolicy::Optional)
+                    .with_schema(schema);
+                super::no_panic(&self.meta.path, || {
+                    ArrowReaderMetadata::try_new(base.metadata().clone(), opts)
+                        .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+                })
+            })
+            .await
+    }
+
+    /// A reader of the file; `mapped`: reads on a local disk borrow pages of
+    /// the mapped file instead of copying.
+    pub(super) fn object_reader(&self, mapped: bool) -> SegmentFileReader {
+        SegmentFileReader {
+            store: self.store().clone(),
+            path: self.object_path(),
+            size: self.meta.size_bytes,
+            local: if mapped { self.local_file().ok().flatten() } else { None },
+            checks: self.checks.get().cloned(),
+            tail: None,
+        }
+    }
+
+    /// The `__pk` bloom filters of every row group, read once and cached.
+    pub(super) async fn blooms(&self) -> Result<&Vec<Option<Sbbf>>> {
+        self.blooms
+            .get_or_try_init(|| async {
+                let meta = self.reader_metadata().await?.clone();
+                let n = meta.metadata().num_row_groups();
+                let mut b = ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(true), meta);
+                let mut out = Vec::with_capacity(n);
+                for rg in 0..n {
+                    out.push(
+                        b.get_row_group_column_bloom_filter(rg, 0)
+                            .await
+                            .map_err(|e| Error::corruption(format!("segment {} bloom filter: {e}", self.meta.path)))?,
+                    );
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// True when some row group may hold `key` (key statistics and the
+    /// bloom filter say it might).
+    pub(super) async fn may_contain(&self, key: &[u8]) -> Result<bool> {
+        let md = self.reader_metadata().await?.metadata().clone();
+        let blooms = self.blooms().await?;
+        let range = KeyRange::point(key);
+        Ok((0..md.num_row_groups()).any(|rg| {
+            row_group_overlaps(&md, rg, &range) && blooms.get(rg).and_then(|b| b.as_ref()).is_none_or(|b| b.check(key))
+        }))
+    }
+}
+
+/// Byte-range reads of a segment file through `object_store`.
+pub(crate) struct SegmentFileReader {
+    store: Arc<dyn object_store::ObjectStore>,
+    path: object_store::path::Path,
+    size: u64,
+    /// Set on a local disk: the file mapped into memory, read without copies.
+    local: Option<Arc<memmap2::Mmap>>,
+    /// The block checksums every read of the data region is checked
+    /// against (`None` for a segment without them, or before its footer
+    /// was read).
+    checks: Option<Arc<checksum::BlockChecks>>,
+    /// The file's tail (page index and footer) from this offset, already
+    /// read and checked while the footer is loaded.
+    tail: Option<(u64, Bytes)>,
+}
+
+/// A range of a mapped segment, owned by `Bytes` without copying.
+pub(super) struct MappedRange(pub(super) Arc<memmap2::Mmap>, pub(super) std::ops::Range<usize>);
+
+impl AsRef<[u8]> for MappedRange {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[self.1.clone()]
+    }
+}
+
+fn read_local(map: &Arc<memmap2::Mmap>, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
+    let (start, end) = (range.start as usize, range.end as usize);
+    if start > end || end > map.len() {
+        return Err(parquet::errors::ParquetError::EOF(format!(
+            "range {start}..{end} is past the end of a {}-byte segment",
+            map.len()
+        )));
+    }
+    Ok(Bytes::from_owner(MappedRange(map.clone(), start..end)))
+}
+
+fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
+    parquet::errors::ParquetError::External(Box::new(e))
+}
+
+fn checksum_err(e: Error) -> parquet::errors::ParquetError {
+    parquet::errors::ParquetError::External(Box::new(e))
+}
+
+impl SegmentFileReader {
+    /// `range` of the mapped file, its blocks checked.
+    fn read_mapped(&self, map: &Arc<memmap2::Mmap>, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
+        let bytes = read_local(map, range.clone())?;
+        if let Some(c) = &self.checks {
+            c.check_mapped(map, range).map_err(checksum_err)?;
+        }
+        Ok(bytes)
+    }
+
+    /// The part of the already read tail that is `range`, if it lies there.
+    fn tail_part(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
+        let (start, tail) = self.tail.as_ref()?;
+        (range.start >= *start && range.end <= start + tail.len() as u64)
+            .then(|| tail.slice((range.start - start) as usize..(range.end - start) as usize))
+    }
+
+    /// Reads `ranges` through the object store, each widened to whole
+    /// checksum blocks, checked and cut back.
+    async fn read_checked(&self, ranges: Vec<std::ops::Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
+        let Some(c) = &self.checks else {
+            return self.store.get_ranges(&self.path, &ranges).await.map_err(to_parquet_err);
+        };
+        let wide: Vec<_> = ranges.iter().map(|r| c.whole_blocks(r)).collect();
+        let fetched = self.store.get_ranges(&self.path, &wide).await.map_err(to_parquet_err)?;
+        let mut out = Vec::with_capacity(ranges.len());
+        for ((r, w), b) in ranges.iter().zip(&wide).zip(fetched) {
+            c.check_fetched(w, &b).map_err(checksum_err)?;
+            out.push(b.slice((r.start - w.start) as usize..(r.end - w.start) as usize));
+        }
+        Ok(out)
+    }
+}
+
+impl AsyncFileReader for SegmentFileReader {
+    fn get_bytes(&mut self, range: std::ops::Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        if let Some(b) = self.tail_part(&range) {
+            return async move { Ok(b) }.boxed();
+        }
+        if let Some(f) = &self.local {
+            let r = self.read_mapped(f, range);
+            return async move { r }.boxed();
+        }
+        async move {
+            let mut v = self.read_checked(vec![range]).await?;
+            v.pop()
+                .ok_or_else(|| parquet::errors::ParquetError::General("empty read".into()))
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        if let Some(f) = &self.local {
+            let r = ranges.into_iter().map(|r| self.read_mapped(f, r)).collect();
+            return async move { r }.boxed();
+        }
+        async move { self.read_checked(ranges).await }.boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let size = self.size;
+            let md = ParquetMetaDataReader::new()
+                .with_arrow_reader_options(options)
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(md))
+        }
+        .boxed()
+    }
+}
