@@ -45,7 +45,9 @@ pub use archive::{TransferProgress, TransferReport};
 pub use check::{CheckReport, FileCheck, FileState, check};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::table::{Table, TableStats};
-pub use db::{ArchiveOnDrop, Database, TableDescription, TableListing};
+pub use db::{
+    ArchiveOnDrop, Database, MaintenanceAction, MaintenanceStep, Series, SeriesOptions, TableDescription, TableListing,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{
     ColumnValue, DeleteRow, Direction, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult,

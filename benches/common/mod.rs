@@ -37,6 +37,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+#[allow(dead_code)] // not every bench binary has one table
 pub async fn bench_table(db: &Database) -> Table {
     db.create_table(schema(), TableOptions::default()).await.unwrap();
     db.table("bench").unwrap()

@@ -19,12 +19,12 @@ use clap::{Args, Parser, Subcommand};
 use futures::stream::{FuturesOrdered, StreamExt};
 use serde_json::{Value as Json, json};
 
+use crate::Database;
 use crate::error::{Error, Result};
 use crate::model::api::{GetRange, GetRow, RowWrite};
 use crate::model::row::ReadOptions;
 use crate::model::schema::{OptionsUpdate, TableOptions, TableSchema};
 use crate::model::types::PkType;
-use crate::{Database, Table};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -117,6 +117,26 @@ impl ReadArgs {
     }
 }
 
+/// `cellar create`'s series flags.
+#[derive(Args, Debug)]
+pub struct SeriesArgs {
+    /// Create a series of monthly tables NAME_YYYYMM instead of one table (accepted: monthly)
+    #[arg(long, value_name = "monthly")]
+    series: Option<String>,
+    /// The column (INTEGER, ms since the epoch) whose month a row goes to; default: the write time
+    #[arg(long, requires = "series")]
+    time_column: Option<String>,
+    /// `cellar maintain` archives months this many months old (to --archive-to)
+    #[arg(long, requires = "series")]
+    archive_after_months: Option<u32>,
+    /// `cellar maintain` drops months this many months old, with their archives
+    #[arg(long, requires = "series")]
+    drop_after_months: Option<u32>,
+    /// Where months are archived: s3://BUCKET/PREFIX, file:///PATH or a directory
+    #[arg(long, requires = "series")]
+    archive_to: Option<String>,
+}
+
 /// A `cellar` command.
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -130,6 +150,12 @@ pub enum Command {
         /// Table options
         #[command(flatten)]
         options: OptionArgs,
+        /// Series settings
+        #[command(flatten)]
+        series: SeriesArgs,
+        /// Where the S3 server of --archive-to is
+        #[command(flatten)]
+        remote: transfer::RemoteArgs,
     },
     /// Change table options
     Alter {
@@ -150,10 +176,11 @@ pub enum Command {
         #[arg(long)]
         delete_archive: bool,
     },
-    /// List table names, one per line, sorted
+    /// List table (and series) names, one per line, sorted
     List {
-        /// One JSON object per table instead: name, state (local or
-        /// archived) and archive location
+        /// One JSON object per table and series instead: name, kind
+        /// (table, series, month), series, state (local or archived) and
+        /// archive location
         #[arg(long)]
         long: bool,
     },
@@ -242,6 +269,13 @@ pub enum Command {
         #[command(flatten)]
         remote: transfer::RemoteArgs,
     },
+    /// Archive and drop the months of every series that passed their ages;
+    /// one JSON line per step; exit 1 when a step failed
+    Maintain {
+        /// No progress bar
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Bring an archived table back into the data directory, writable
     Restore {
         /// Table name
@@ -317,7 +351,13 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
     let mut out = std::io::stdout().lock();
     let io = |e: std::io::Error| Error::io("write to stdout", e);
     match command {
-        Command::Create { table, pk, options } => {
+        Command::Create {
+            table,
+            pk,
+            options,
+            series,
+            remote,
+        } => {
             let mut schema = TableSchema::new(table);
             for part in pk.split(',') {
                 let (name, ty) = part.split_once(':').ok_or_else(|| {
@@ -328,7 +368,23 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 schema = schema.pk(name.trim(), ty.trim().parse::<PkType>()?);
             }
             let opts = options.update().apply(&TableOptions::default());
-            db.create_table(schema, opts).await?;
+            match series.series.as_deref() {
+                None => db.create_table(schema, opts).await?,
+                Some(kind) if kind.eq_ignore_ascii_case("monthly") => {
+                    let s = crate::SeriesOptions {
+                        time_column: series.time_column,
+                        archive_after_months: series.archive_after_months,
+                        drop_after_months: series.drop_after_months,
+                        archive_to: series.archive_to.map(|url| remote.location(&url)),
+                    };
+                    db.create_series(schema, opts, s).await?
+                }
+                Some(other) => {
+                    return Err(Error::param(format!(
+                        "--series {other} is not supported; accepted: monthly"
+                    )));
+                }
+            }
         }
         Command::Alter { table, options } => {
             db.alter_table(&table, options.update()).await?;
@@ -350,6 +406,8 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 if long {
                     let line = json!({
                         "table": t.name,
+                        "kind": t.kind(),
+                        "series": t.series,
                         "state": t.state(),
                         "location": t.archive.as_ref().map(|a| &a.url),
                         "endpoint": t.archive.as_ref().and_then(|a| a.endpoint.as_ref()),
@@ -399,7 +457,11 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         }
         Command::Write { table, file } => {
             drop(out);
-            return write_ops(&db.table(&table)?, file).await;
+            let target = match db.series(&table) {
+                Ok(s) => crate::db::Writer::Series(s),
+                Err(_) => crate::db::Writer::Table(db.table(&table)?),
+            };
+            return write_ops(&target, file).await;
         }
         Command::Get { table, pk, read } => {
             let t = db.table(&table)?;
@@ -463,6 +525,10 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             drop(out);
             transfer::archive(db, &table, remote.location(&to), quiet).await?;
         }
+        Command::Maintain { quiet } => {
+            drop(out);
+            return transfer::maintain(db, quiet).await;
+        }
         Command::Restore { table, quiet } => {
             drop(out);
             transfer::restore(db, &table, quiet).await?;
@@ -510,7 +576,7 @@ const WRITE_IN_FLIGHT: usize = 16;
 /// `cellar write`: reads NDJSON operations, commits them in pipelined
 /// batches (so one fsync covers many), and prints each line's result in
 /// input order once it is durable.
-async fn write_ops(table: &Table, file: Option<PathBuf>) -> Result<i32> {
+async fn write_ops(table: &crate::db::Writer, file: Option<PathBuf>) -> Result<i32> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(WRITE_BATCH * WRITE_IN_FLIGHT);
     let reader = std::thread::spawn(move || {
         let input: Box<dyn std::io::BufRead> = match file {

@@ -1,5 +1,5 @@
 //! Commands that move a table's data out of the data directory and back:
-//! `export`, `archive`, `restore`.
+//! `export`, `archive`, `restore`, `maintain`.
 //!
 //! Invariants: a progress bar is drawn only on a terminal and never with
 //! `--quiet`; the one line on stdout (JSON) is printed only once the work
@@ -196,4 +196,38 @@ pub(super) async fn restore(db: &Database, table: &str, quiet: bool) -> Result<(
     let bar = bytes_bar(quiet);
     let result = db.restore_table(table, &|p| show(&bar, p)).await;
     report(table, bar, result)
+}
+
+/// `cellar maintain`: one line per step,
+/// `{"series":..,"table":..,"action":"archive"|"drop","ok":true}` or with
+/// `"ok":false,"error":{"kind":..,"message":..}`; exit 1 when one failed.
+pub(super) async fn maintain(db: &Database, quiet: bool) -> Result<i32> {
+    let bar = bytes_bar(quiet);
+    let result = db
+        .maintain(&|table, p| {
+            show(&bar, p);
+            if let Some(b) = &bar {
+                b.set_message(format!("{table}: {}/{} files", p.files_done, p.files));
+            }
+        })
+        .await;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let mut out = std::io::stdout().lock();
+    let mut failed = false;
+    for s in result? {
+        let mut line = serde_json::json!({
+            "series": s.series,
+            "table": s.table,
+            "action": s.action.as_str(),
+            "ok": s.error.is_none(),
+        });
+        if let Some(e) = &s.error {
+            failed = true;
+            line["error"] = serde_json::json!({"kind": e.kind().as_str(), "message": e.message()});
+        }
+        writeln!(out, "{line}").map_err(|e| Error::io("write to stdout", e))?;
+    }
+    Ok(if failed { 1 } else { 0 })
 }

@@ -227,10 +227,13 @@ impl Database {
     }
 
     /// Drops a table; an archived one as `archive` says (see
-    /// [`ArchiveOnDrop`]). With `Delete`, the archive location is checked
+    /// [`ArchiveOnDrop`]). A series is dropped when it has no months left. With `Delete`, the archive location is checked
     /// to be reachable before the table is dropped; if deleting its objects
     /// then fails, the table is dropped and the error names what is left.
     pub async fn drop_table_with(&self, name: &str, archive: ArchiveOnDrop) -> Result<()> {
+        if self.inner.series.read().contains_key(name) {
+            return self.drop_series(name).await;
+        }
         let t = self.table_inner(name)?;
         let Ok(_transfer) = t.transfer.try_lock() else {
             return Err(Error::param(format!(

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::series::SeriesDef;
 use crate::archive::ArchiveRecord;
 use crate::model::schema::{TableOptions, TableSchema};
 
@@ -17,6 +18,9 @@ use crate::model::schema::{TableOptions, TableSchema};
 pub(super) struct CatalogFile {
     pub(super) next_table_id: u64,
     pub(super) tables: Vec<CatalogEntry>,
+    /// Monthly series (their months are in `tables`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) series: Vec<SeriesDef>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -27,4 +31,7 @@ pub(super) struct CatalogEntry {
     /// Set once the table is archived: where, and its segments there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) archive: Option<ArchiveRecord>,
+    /// The series the table is a month of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) series: Option<String>,
 }

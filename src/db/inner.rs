@@ -35,6 +35,8 @@ pub(crate) struct DbInner {
     /// The committed catalog and its version; the lock serialises DDL.
     pub(super) catalog: tokio::sync::Mutex<(u64, CatalogFile)>,
     pub(super) committer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Series by name (as committed in the catalog).
+    pub(super) series: parking_lot::RwLock<std::collections::BTreeMap<String, Arc<super::series::SeriesDef>>>,
 }
 
 impl Drop for DbInner {
@@ -56,7 +58,16 @@ impl DbInner {
             .read()
             .get(name)
             .cloned()
-            .ok_or_else(|| Error::new(ErrorKind::ObjectNotExist, format!("table '{name}' does not exist")))
+            .ok_or_else(|| {
+                let message = if self.series.read().contains_key(name) {
+                    format!(
+                        "'{name}' is a series, not a table; read one of its months ({name}_YYYYMM), or all of them with SQL (SELECT ... FROM {name})"
+                    )
+                } else {
+                    format!("table '{name}' does not exist")
+                };
+                Error::new(ErrorKind::ObjectNotExist, message)
+            })
     }
 
     pub(crate) fn now_ms(&self) -> i64 {

@@ -25,7 +25,9 @@ mod archive;
 mod background;
 mod catalog;
 mod inner;
+mod maintain;
 pub(crate) mod open;
+pub(crate) mod series;
 pub(crate) mod table;
 
 use std::path::Path;
@@ -38,6 +40,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 pub use self::archive::ArchiveOnDrop;
 use self::catalog::{CatalogEntry, CatalogFile};
 use self::inner::DbInner;
+pub use self::maintain::{MaintenanceAction, MaintenanceStep};
+pub(crate) use self::series::Writer;
+pub use self::series::{Series, SeriesOptions};
 use self::table::Table;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::TableManifest;
@@ -57,19 +62,36 @@ pub struct TableDescription {
     pub options: TableOptions,
 }
 
-/// A table as `cellar list --long` and `SHOW TABLES` show it.
+/// A table or series as `cellar list --long` and `SHOW TABLES` show it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableListing {
-    /// The table's name.
+    /// The table's or series' name.
     pub name: String,
+    /// True for a series (its months are listed as tables).
+    pub is_series: bool,
+    /// For a month table: its series.
+    pub series: Option<String>,
     /// Where the table is archived; `None`: its data is local.
     pub archive: Option<crate::remote::RemoteLocation>,
 }
 
 impl TableListing {
-    /// `"local"` or `"archived"`.
-    pub fn state(&self) -> &'static str {
-        if self.archive.is_some() { "archived" } else { "local" }
+    /// `"table"`, `"month"` (a table of a series) or `"series"`.
+    pub fn kind(&self) -> &'static str {
+        match (self.is_series, &self.series) {
+            (true, _) => "series",
+            (false, Some(_)) => "month",
+            (false, None) => "table",
+        }
+    }
+
+    /// `"local"` or `"archived"` for a table; `None` for a series.
+    pub fn state(&self) -> Option<&'static str> {
+        match (self.is_series, &self.archive) {
+            (true, _) => None,
+            (false, Some(_)) => Some("archived"),
+            (false, None) => Some("local"),
+        }
     }
 }
 
@@ -129,6 +151,11 @@ impl Database {
 
     /// Creates a table. Fails with ObjectAlreadyExist if the name is taken.
     pub async fn create_table(&self, schema: TableSchema, options: TableOptions) -> Result<()> {
+        self.create_table_in(schema, options, None).await
+    }
+
+    /// Creates a table, a month of `series` when given.
+    async fn create_table_in(&self, schema: TableSchema, options: TableOptions, series: Option<String>) -> Result<()> {
         schema.validate()?;
         options.validate()?;
         let mut cat = self.inner.catalog.lock().await;
@@ -136,6 +163,12 @@ impl Database {
             return Err(Error::new(
                 ErrorKind::ObjectAlreadyExist,
                 format!("table '{}' already exists", schema.name),
+            ));
+        }
+        if self.inner.series.read().contains_key(&schema.name) {
+            return Err(Error::new(
+                ErrorKind::ObjectAlreadyExist,
+                format!("'{}' is the name of a series", schema.name),
             ));
         }
         let mut next = cat.1.clone();
@@ -146,17 +179,12 @@ impl Database {
             schema: schema.clone(),
             options,
             archive: None,
+            series: series.clone(),
         });
         self.commit_catalog(&mut cat, next).await?;
-        let t = Arc::new(TableInner::new(
-            id,
-            schema.clone(),
-            options,
-            0,
-            TableManifest::default(),
-            Vec::new(),
-        ));
-        self.inner.shared.tables.write().insert(schema.name, t);
+        let mut t = TableInner::new(id, schema.clone(), options, 0, TableManifest::default(), Vec::new());
+        t.series = series;
+        self.inner.shared.tables.write().insert(schema.name, Arc::new(t));
         Ok(())
     }
 
@@ -230,15 +258,18 @@ impl Database {
         self.inner.shared.tables.read().keys().cloned().collect()
     }
 
-    /// Every table with where its data is, sorted by name.
+    /// Every table and series with where its data is, sorted by name.
     pub fn table_listing(&self) -> Vec<TableListing> {
-        self.inner
+        let mut out: Vec<TableListing> = self
+            .inner
             .shared
             .tables
             .read()
             .iter()
             .map(|(name, t)| TableListing {
                 name: name.clone(),
+                is_series: false,
+                series: t.series.clone(),
                 archive: t
                     .archive
                     .read()
@@ -246,7 +277,15 @@ impl Database {
                     .filter(|a| a.complete)
                     .map(|a| a.location.clone()),
             })
-            .collect()
+            .collect();
+        out.extend(self.list_series().into_iter().map(|name| TableListing {
+            name,
+            is_series: true,
+            series: None,
+            archive: None,
+        }));
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     /// A table's schema and options.

@@ -104,6 +104,13 @@ impl Database {
                 None => t.manifest.lock().await.1.flushed_seq,
                 Some(_) => u64::MAX,
             };
+            let t = match Arc::try_unwrap(t) {
+                Ok(mut t) => {
+                    t.series = entry.series.clone();
+                    Arc::new(t)
+                }
+                Err(t) => t,
+            };
             by_id.insert(entry.id, (t.clone(), flushed));
             tables.insert(entry.schema.name.clone(), t);
         }
@@ -234,6 +241,13 @@ impl Database {
                 root,
                 store,
                 catalog_log,
+                series: parking_lot::RwLock::new(
+                    catalog
+                        .series
+                        .iter()
+                        .map(|s| (s.schema.name.clone(), Arc::new(s.clone())))
+                        .collect(),
+                ),
                 catalog: tokio::sync::Mutex::new((catalog_version, catalog)),
                 committer: parking_lot::Mutex::new(Some(committer)),
             }),

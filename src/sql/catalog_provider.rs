@@ -58,6 +58,7 @@ impl std::fmt::Debug for CellarSchema {
 impl SchemaProvider for CellarSchema {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.db.list_tables();
+        names.extend(self.db.list_series());
         names.extend(self.session_tables.read().keys().cloned());
         names.sort();
         names.dedup();
@@ -68,6 +69,9 @@ impl SchemaProvider for CellarSchema {
         if let Some(t) = self.session_tables.read().get(name) {
             return Ok(Some(t.clone()));
         }
+        if let Ok(s) = self.db.series(name) {
+            return Ok(Some(Arc::new(super::series::SeriesTable::new(&self.db, s))));
+        }
         match self.db.table(name) {
             Ok(t) => Ok(Some(Arc::new(CellarTable::new(t)))),
             Err(e) if e.kind() == crate::ErrorKind::ObjectNotExist => Ok(None),
@@ -76,7 +80,7 @@ impl SchemaProvider for CellarSchema {
     }
 
     fn register_table(&self, name: String, table: Arc<dyn TableProvider>) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        if self.db.table(&name).is_ok() {
+        if self.db.table(&name).is_ok() || self.db.series(&name).is_ok() {
             return Err(DataFusionError::Plan(format!(
                 "a Cellar table named '{name}' already exists; pick another name or DROP TABLE {name} first"
             )));
@@ -95,7 +99,7 @@ impl SchemaProvider for CellarSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.session_tables.read().contains_key(name) || self.db.table(name).is_ok()
+        self.session_tables.read().contains_key(name) || self.db.table(name).is_ok() || self.db.series(name).is_ok()
     }
 }
 

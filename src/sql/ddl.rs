@@ -17,9 +17,11 @@ use datafusion::sql::sqlparser::ast::{
 use super::errors::df_err;
 use super::provider::CellarTable;
 use super::{SqlSession, StatementOutput, batches_stream};
+use crate::db::SeriesOptions;
 use crate::error::ErrorKind;
 use crate::model::schema::{ColumnDef, OptionsUpdate, TableOptions, TableSchema};
 use crate::model::types::{PkType, ValueType};
+use crate::remote::RemoteLocation;
 
 fn plan_err(msg: impl Into<String>) -> DataFusionError {
     DataFusionError::Plan(msg.into())
@@ -99,12 +101,72 @@ fn options_update(opts: &[SqlOption]) -> DfResult<OptionsUpdate> {
             }
             other => {
                 return Err(plan_err(format!(
-                    "unknown table option '{other}'; accepted: ttl (seconds, -1 = never), max_versions, max_version_offset (seconds), allow_update"
+                    "unknown table option '{other}'; accepted: ttl (seconds, -1 = never), max_versions, max_version_offset (seconds), allow_update, \
+                     and for a series: series = 'monthly', time_column, archive_after_months, drop_after_months, archive_to, \
+                     archive_endpoint, archive_region, archive_allow_http"
                 )));
             }
         }
     }
     Ok(u)
+}
+
+/// The series options among `WITH (...)`: `series = 'monthly'`,
+/// `time_column`, `archive_after_months`, `drop_after_months`,
+/// `archive_to` and its `archive_endpoint`, `archive_region`,
+/// `archive_allow_http`. Returns the other options, and the series
+/// settings when `series` is given.
+fn split_series_options(opts: &[SqlOption]) -> DfResult<(Vec<SqlOption>, Option<SeriesOptions>)> {
+    let mut rest = Vec::new();
+    let mut series = SeriesOptions::default();
+    let mut monthly = false;
+    let mut any = None;
+    let mut location = RemoteLocation::new("");
+    for o in opts {
+        let SqlOption::KeyValue { key, value } = o else {
+            rest.push(o.clone());
+            continue;
+        };
+        let raw = value.to_string();
+        let text = raw.trim_matches('\'').to_string();
+        let months = |name: &str| -> DfResult<u32> {
+            text.parse::<u32>()
+                .map_err(|_| plan_err(format!("{name} needs a whole number of months, got '{text}'")))
+        };
+        let k = key.value.to_ascii_lowercase();
+        match k.as_str() {
+            "series" => {
+                if !text.eq_ignore_ascii_case("monthly") {
+                    return Err(plan_err(format!(
+                        "series = '{text}' is not supported; accepted: series = 'monthly'"
+                    )));
+                }
+                monthly = true;
+            }
+            "time_column" => series.time_column = Some(text.clone()),
+            "archive_after_months" => series.archive_after_months = Some(months("archive_after_months")?),
+            "drop_after_months" => series.drop_after_months = Some(months("drop_after_months")?),
+            "archive_to" => location.url = text.clone(),
+            "archive_endpoint" => location.endpoint = Some(text.clone()),
+            "archive_region" => location.region = Some(text.clone()),
+            "archive_allow_http" => location.allow_http = matches!(text.to_ascii_lowercase().as_str(), "true" | "1"),
+            _ => {
+                rest.push(o.clone());
+                continue;
+            }
+        }
+        any.get_or_insert(k);
+    }
+    if !location.url.is_empty() {
+        series.archive_to = Some(location);
+    }
+    match (monthly, any) {
+        (true, _) => Ok((rest, Some(series))),
+        (false, Some(k)) => Err(plan_err(format!(
+            "table option {k} belongs to a series; add series = 'monthly' to create one"
+        ))),
+        (false, None) => Ok((rest, None)),
+    }
 }
 
 fn done(s: &str) -> Option<StatementOutput> {
@@ -181,10 +243,13 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                 })?;
                 schema = schema.column(c.name.value.clone(), vt);
             }
+            let mut series = None;
             let update = match &ct.table_options {
                 CreateTableOptions::None => OptionsUpdate::default(),
                 CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => {
-                    options_update(o)?
+                    let (rest, s) = split_series_options(o)?;
+                    series = s;
+                    options_update(&rest)?
                 }
                 other => {
                     return Err(plan_err(format!(
@@ -193,7 +258,11 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                 }
             };
             let options = update.apply(&TableOptions::default());
-            match db.create_table(schema, options).await {
+            let created = match series {
+                Some(series) => db.create_series(schema, options, series).await,
+                None => db.create_table(schema, options).await,
+            };
+            match created {
                 Ok(()) => Ok(done("CREATE TABLE")),
                 Err(e) if e.kind() == ErrorKind::ObjectAlreadyExist && ct.if_not_exists => Ok(done("CREATE TABLE")),
                 Err(e) => Err(df_err(e)),
@@ -254,7 +323,7 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
             let mut cellar = Vec::new();
             for n in names {
                 let t = table_name(n)?;
-                if db.table(&t).is_ok() {
+                if db.table(&t).is_ok() || db.series(&t).is_ok() {
                     cellar.push(t);
                 } else if !*if_exists && !session_table(sess, &t) {
                     return Err(df_err(crate::Error::new(
@@ -282,18 +351,44 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                 .catalog(super::CATALOG)
                 .and_then(|c| c.schema(super::SCHEMA))
                 .ok_or_else(|| plan_err("the cellar catalog is not registered"))?;
+            let listing = db.table_listing();
             let names = schema.table_names();
-            let kinds: Vec<&str> = names
-                .iter()
-                .map(|n| if db.table(n).is_ok() { "cellar" } else { "session" })
-                .collect();
+            let mut kinds = Vec::new();
+            let mut series = Vec::new();
+            let mut states = Vec::new();
+            let mut locations = Vec::new();
+            for n in &names {
+                match listing.iter().find(|l| l.name == *n) {
+                    Some(l) => {
+                        kinds.push(if l.is_series { "series" } else { "cellar" });
+                        series.push(l.series.clone());
+                        states.push(l.state());
+                        locations.push(l.archive.as_ref().map(|a| a.url.clone()));
+                    }
+                    None => {
+                        kinds.push("session");
+                        series.push(None);
+                        states.push(None);
+                        locations.push(None);
+                    }
+                }
+            }
             let out = Arc::new(Schema::new(vec![
                 Field::new("table_name", DataType::Utf8, false),
                 Field::new("kind", DataType::Utf8, false),
+                Field::new("series", DataType::Utf8, true),
+                Field::new("state", DataType::Utf8, true),
+                Field::new("archive", DataType::Utf8, true),
             ]));
             let batch = RecordBatch::try_new(
                 out.clone(),
-                vec![Arc::new(StringArray::from(names)), Arc::new(StringArray::from(kinds))],
+                vec![
+                    Arc::new(StringArray::from(names)),
+                    Arc::new(StringArray::from(kinds)),
+                    Arc::new(StringArray::from(series)),
+                    Arc::new(StringArray::from(states)),
+                    Arc::new(StringArray::from(locations)),
+                ],
             )?;
             Ok(Some(StatementOutput::Rows(batches_stream(out, vec![batch]))))
         }

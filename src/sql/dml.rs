@@ -69,7 +69,7 @@ impl DmlExec {
         assignments: Option<Vec<(usize, Arc<dyn PhysicalExpr>)>>,
         schema: SchemaRef,
     ) -> DfResult<u64> {
-        let mut pipe = Pipeline::new(table.clone(), None);
+        let mut pipe = Pipeline::new(crate::db::Writer::Table(table.clone()), None);
         let npk = table.schema().primary_key.len();
         while let Some(batch) = input.next().await {
             let batch = batch?;
@@ -99,7 +99,7 @@ impl DmlExec {
                 {
                     continue;
                 }
-                let pk = primary_key(&table, &cols, row)?;
+                let pk = primary_key(table.schema(), &cols, row)?;
                 let w = match &assignments {
                     None => RowWrite::Delete(DeleteRow::new(pk)),
                     Some(_) => {

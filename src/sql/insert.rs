@@ -21,9 +21,10 @@ use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 
 use super::errors::df_err;
-use crate::db::table::Table;
+use crate::db::Writer;
 use crate::model::api::{PutRow, RowWrite};
 use crate::model::schema::MAX_BATCH_WRITE_ROWS;
+use crate::model::schema::TableSchema;
 use crate::model::types::{PkValue, PrimaryKey, Value};
 
 /// Reports rows written by INSERT (a progress bar in the CLI). Put one in
@@ -38,19 +39,26 @@ impl fmt::Debug for InsertProgress {
 
 /// Writes INSERTed rows with PutRow, in pipelined batches.
 pub(super) struct CellarSink {
-    pub(super) table: Table,
+    pub(super) target: Writer,
     pub(super) schema: SchemaRef,
 }
 
 impl fmt::Debug for CellarSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CellarSink({})", self.table.name())
+        write!(f, "CellarSink({})", self.target.name())
     }
 }
 
 impl DisplayAs for CellarSink {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "CellarSink: table={} (PutRow per row)", self.table.name())
+        match &self.target {
+            Writer::Table(t) => write!(f, "CellarSink: table={} (PutRow per row)", t.name()),
+            Writer::Series(s) => write!(
+                f,
+                "CellarSink: series={} (PutRow per row, to the month of each)",
+                s.name()
+            ),
+        }
     }
 }
 
@@ -63,7 +71,7 @@ type BatchWrite = futures::future::BoxFuture<'static, crate::Result<(usize, Vec<
 /// Sends batches of writes with up to [`WRITES_IN_FLIGHT`] in flight; the
 /// first failing row stops the statement (rows written before it stay).
 pub(super) struct Pipeline {
-    table: Table,
+    target: Writer,
     pending: Vec<RowWrite>,
     in_flight: FuturesOrdered<BatchWrite>,
     done: u64,
@@ -73,9 +81,9 @@ pub(super) struct Pipeline {
 }
 
 impl Pipeline {
-    pub(super) fn new(table: Table, progress: Option<Arc<InsertProgress>>) -> Self {
+    pub(super) fn new(target: Writer, progress: Option<Arc<InsertProgress>>) -> Self {
         Pipeline {
-            table,
+            target,
             pending: Vec::new(),
             in_flight: FuturesOrdered::new(),
             done: 0,
@@ -102,7 +110,7 @@ impl Pipeline {
         // Queued here, in statement order (the committer numbers writes in
         // the order they are queued); only the wait for durability is
         // pipelined.
-        let queued = self.table.enqueue_batch(batch).await.map_err(df_err)?;
+        let queued = self.target.enqueue_batch(batch).await.map_err(df_err)?;
         self.in_flight
             .push_back(Box::pin(async move { queued.durable().await.map(|r| (first, r)) }));
         while self.in_flight.len() >= WRITES_IN_FLIGHT {
@@ -166,18 +174,26 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef) -> DfResult<Vec<ArrayRef>> {
         .iter()
         .zip(schema.fields())
         .map(|(a, f)| {
-            if a.data_type() == f.data_type() {
-                Ok(a.clone())
-            } else {
-                Ok(cast(a, f.data_type())?)
+            match (a.data_type(), f.data_type()) {
+                (x, y) if x == y => Ok(a.clone()),
+                // A TIMESTAMP into an INTEGER column: milliseconds since
+                // the epoch (what a series' time column holds).
+                (DataType::Timestamp(_, _), DataType::Int64) => Ok(cast(
+                    &cast(
+                        a,
+                        &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None),
+                    )?,
+                    &DataType::Int64,
+                )?),
+                _ => Ok(cast(a, f.data_type())?),
             }
         })
         .collect()
 }
 
-pub(super) fn primary_key(table: &Table, cols: &[ArrayRef], row: usize) -> DfResult<PrimaryKey> {
+pub(super) fn primary_key(table: &TableSchema, cols: &[ArrayRef], row: usize) -> DfResult<PrimaryKey> {
     let mut pk = PrimaryKey::new();
-    for (i, c) in table.schema().primary_key.iter().enumerate() {
+    for (i, c) in table.primary_key.iter().enumerate() {
         let v = match cell(&cols[i], row) {
             Some(Value::Integer(x)) => PkValue::Integer(x),
             Some(Value::String(s)) => PkValue::String(s),
@@ -186,7 +202,7 @@ pub(super) fn primary_key(table: &Table, cols: &[ArrayRef], row: usize) -> DfRes
                 return Err(DataFusionError::Execution(format!(
                     "primary-key column '{}' of table '{}' is NULL in row {}; every primary-key column needs a value",
                     c.name,
-                    table.name(),
+                    table.name,
                     row + 1
                 )));
             }
@@ -204,14 +220,14 @@ impl DataSink for CellarSink {
 
     async fn write_all(&self, mut data: SendableRecordBatchStream, context: &Arc<TaskContext>) -> DfResult<u64> {
         let progress = context.session_config().get_extension::<InsertProgress>();
-        let mut pipe = Pipeline::new(self.table.clone(), progress);
-        let npk = self.table.schema().primary_key.len();
+        let mut pipe = Pipeline::new(self.target.clone(), progress);
+        let npk = self.target.schema().primary_key.len();
         let names: Vec<String> = self.schema.fields().iter().map(|f| f.name().clone()).collect();
         while let Some(batch) = data.next().await {
             let batch = batch?;
             let cols = conform(&batch, &self.schema)?;
             for row in 0..batch.num_rows() {
-                let pk = primary_key(&self.table, &cols, row)?;
+                let pk = primary_key(self.target.schema(), &cols, row)?;
                 let mut put = PutRow::new(pk);
                 for (i, c) in cols.iter().enumerate().skip(npk) {
                     if let Some(v) = cell(c, row) {

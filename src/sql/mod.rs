@@ -78,6 +78,7 @@ mod provider;
 mod prune;
 pub(crate) mod pushdown;
 mod scan_exec;
+mod series;
 mod url_stores;
 mod versions;
 

@@ -88,6 +88,18 @@ impl CellarTable {
         }
     }
 
+    /// The schema of a table with no data yet: its key and declared columns.
+    pub(crate) fn schema_of(schema: &crate::model::schema::TableSchema) -> SchemaRef {
+        let mut fields = Vec::new();
+        for c in &schema.primary_key {
+            fields.push(Field::new(&c.name, arrow_type(pk_value_type(c.pk_type)), false));
+        }
+        for c in &schema.columns {
+            fields.push(Field::new(&c.name, arrow_type(c.value_type), true));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
     /// The Cellar table behind this provider.
     pub fn table(&self) -> &Table {
         &self.table
@@ -301,7 +313,7 @@ impl TableProvider for CellarTable {
             );
         }
         let sink = CellarSink {
-            table: self.table.clone(),
+            target: crate::db::Writer::Table(self.table.clone()),
             schema: self.schema.clone(),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))

@@ -80,6 +80,8 @@ pub(crate) struct TableInner {
     pub archive: RwLock<Option<ArchiveState>>,
     /// Held by an archive or a restore of the table from start to end.
     pub transfer: tokio::sync::Mutex<()>,
+    /// The series the table is a month of.
+    pub series: Option<String>,
 }
 
 /// A table's place in an object store.
@@ -190,6 +192,7 @@ impl TableInner {
             read_only: AtomicBool::new(false),
             archive: RwLock::new(None),
             transfer: tokio::sync::Mutex::new(()),
+            series: None,
         }
     }
 

@@ -276,6 +276,15 @@ impl QueuedWrites {
         QueuedWrites { results, ack }
     }
 
+    /// Adds the refusals of writes that were never queued, each at its
+    /// index among all the writes (ascending).
+    pub(crate) fn with_refused(mut self, refused: Vec<(usize, Error)>) -> Self {
+        for (i, e) in refused {
+            self.results.insert(i.min(self.results.len()), Err(e));
+        }
+        self
+    }
+
     /// Waits until the queued writes are durable; one result per write.
     pub async fn durable(self) -> Result<Vec<Result<()>>> {
         let QueuedWrites { mut results, ack } = self;
