@@ -195,7 +195,8 @@ impl SeriesDef {
         match value {
             Some(Value::Integer(ms)) => month_of(ms).ok_or_else(|| {
                 Error::param(format!(
-                    "time column '{col}' of a write to series '{name}' is {ms}, outside years 1970-9999 in milliseconds since the epoch"
+                    "time column '{col}' of a write to series '{name}' is {ms}, outside years 1970-9999 in milliseconds since the epoch \
+                     (a TIMESTAMP cast to BIGINT counts nanoseconds: in SQL write CAST(to_timestamp_millis(t) AS BIGINT))"
                 ))
             }),
             Some(other) => Err(Error::param(format!(

@@ -174,18 +174,10 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef) -> DfResult<Vec<ArrayRef>> {
         .iter()
         .zip(schema.fields())
         .map(|(a, f)| {
-            match (a.data_type(), f.data_type()) {
-                (x, y) if x == y => Ok(a.clone()),
-                // A TIMESTAMP into an INTEGER column: milliseconds since
-                // the epoch (what a series' time column holds).
-                (DataType::Timestamp(_, _), DataType::Int64) => Ok(cast(
-                    &cast(
-                        a,
-                        &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None),
-                    )?,
-                    &DataType::Int64,
-                )?),
-                _ => Ok(cast(a, f.data_type())?),
+            if a.data_type() == f.data_type() {
+                Ok(a.clone())
+            } else {
+                Ok(cast(a, f.data_type())?)
             }
         })
         .collect()

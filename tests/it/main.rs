@@ -19,6 +19,7 @@ mod power_loss;
 mod recovery;
 mod s3_server;
 mod segments;
+mod series;
 mod sql;
 mod torture;
 mod values;

@@ -37,10 +37,16 @@ fn serve(
     let puts = Arc::new(AtomicUsize::new(0));
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
+            // As servers do: without it, a response written in pieces
+            // waits for the client's delayed ACK (~40 ms a request).
+            let _ = socket.set_nodelay(true);
             let service = service.clone();
             let (puts, dies) = (puts.clone(), dies.clone());
             let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let service = service.clone();
+                if std::env::var_os("CELLAR_S3_TRACE").is_some() {
+                    eprintln!("S3 {} {} {:?}", req.method(), req.uri(), req.headers().get("range"));
+                }
                 let dead = match &dies {
                     Some((limit, stop)) if req.method() == hyper::Method::PUT => {
                         let n = puts.fetch_add(1, Ordering::SeqCst) + 1;
