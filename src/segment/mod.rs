@@ -16,6 +16,7 @@ mod checksum;
 mod encode;
 pub(crate) mod format;
 mod point;
+mod prefetch;
 mod reader;
 mod scan;
 

@@ -17,6 +17,7 @@ use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 use super::scan::{row_group_overlaps, views_schema};
+use super::prefetch::{Prefetch, checksum_err, fetch_checked};
 use super::{Segment, checksum};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
@@ -127,6 +128,7 @@ impl Segment {
             local: if mapped { self.local_file().ok().flatten() } else { None },
             checks: self.checks.get().cloned(),
             tail: None,
+            prefetch: None,
         }
     }
 
@@ -176,6 +178,8 @@ pub(crate) struct SegmentFileReader {
     /// The file's tail (page index and footer) from this offset, already
     /// read and checked while the footer is loaded.
     tail: Option<(u64, Bytes)>,
+    /// Read-ahead of a scan of a remote segment.
+    prefetch: Option<Prefetch>,
 }
 
 /// A range of a mapped segment, owned by `Bytes` without copying.
@@ -198,15 +202,17 @@ fn read_local(map: &Arc<memmap2::Mmap>, range: std::ops::Range<u64>) -> parquet:
     Ok(Bytes::from_owner(MappedRange(map.clone(), start..end)))
 }
 
-fn to_parquet_err(e: object_store::Error) -> parquet::errors::ParquetError {
-    parquet::errors::ParquetError::External(Box::new(e))
-}
-
-fn checksum_err(e: Error) -> parquet::errors::ParquetError {
-    parquet::errors::ParquetError::External(Box::new(e))
-}
-
 impl SegmentFileReader {
+    /// Fetches the column chunks `groups` (per row group in the order the
+    /// scan reads them) ahead of the reads, for a segment in a remote
+    /// store (a mapped file needs none).
+    pub(super) fn with_prefetch(mut self, groups: Vec<Vec<std::ops::Range<u64>>>) -> Self {
+        if self.local.is_none() && groups.len() > 1 {
+            self.prefetch = Some(Prefetch::new(self.store.clone(), self.path.clone(), self.checks.clone(), groups));
+        }
+        self
+    }
+
     /// `range` of the mapped file, its blocks checked.
     fn read_mapped(&self, map: &Arc<memmap2::Mmap>, range: std::ops::Range<u64>) -> parquet::errors::Result<Bytes> {
         let bytes = read_local(map, range.clone())?;
@@ -225,18 +231,13 @@ impl SegmentFileReader {
 
     /// Reads `ranges` through the object store, each widened to whole
     /// checksum blocks, checked and cut back.
-    async fn read_checked(&self, ranges: Vec<std::ops::Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
-        let Some(c) = &self.checks else {
-            return self.store.get_ranges(&self.path, &ranges).await.map_err(to_parquet_err);
-        };
-        let wide: Vec<_> = ranges.iter().map(|r| c.whole_blocks(r)).collect();
-        let fetched = self.store.get_ranges(&self.path, &wide).await.map_err(to_parquet_err)?;
-        let mut out = Vec::with_capacity(ranges.len());
-        for ((r, w), b) in ranges.iter().zip(&wide).zip(fetched) {
-            c.check_fetched(w, &b).map_err(checksum_err)?;
-            out.push(b.slice((r.start - w.start) as usize..(r.end - w.start) as usize));
+    async fn read_checked(&mut self, ranges: Vec<std::ops::Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
+        if let Some(p) = &mut self.prefetch
+            && let Some(r) = p.serve(&ranges).await
+        {
+            return r;
         }
-        Ok(out)
+        fetch_checked(&*self.store, &self.path, self.checks.as_deref(), &ranges).await
     }
 }
 

@@ -242,7 +242,7 @@ impl Segment {
     ) -> Result<SegmentBatchStream> {
         let meta = self.view_metadata().await?.clone();
         let md = meta.metadata().clone();
-        let mask = ProjectionMask::leaves(md.file_metadata().schema_descr(), leaves);
+        let mask = ProjectionMask::leaves(md.file_metadata().schema_descr(), leaves.iter().copied());
         // Consecutive spans may share a row group (ascending, disjoint rows).
         let mut selectors = Vec::new();
         let mut groups: Vec<usize> = Vec::new();
@@ -270,7 +270,22 @@ impl Segment {
             selectors.push(RowSelector::skip(rows_of(last) - at));
         }
         selectors.retain(|s| s.row_count > 0);
-        ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(true), meta)
+        // A remote segment: the chunks of the next row groups are fetched
+        // while one is decoded.
+        let chunks = groups
+            .iter()
+            .map(|&rg| {
+                leaves
+                    .iter()
+                    .map(|&leaf| {
+                        let (start, len) = md.row_group(rg).column(leaf).byte_range();
+                        start..start + len
+                    })
+                    .collect()
+            })
+            .collect();
+        let reader = self.object_reader(true).with_prefetch(chunks);
+        ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
             .with_row_groups(groups)
             .with_projection(mask)
             .with_row_selection(RowSelection::from(selectors))
