@@ -5,8 +5,9 @@
 //! manifest versions (their checksums), every segment the newest manifest
 //! names (size, footer and page-index checksum, every data block's
 //! checksum; segments written before checksums are decoded whole
-//! instead), and every WAL file (record checksums, a torn tail of the
-//! newest one). It holds the directory lock while it runs and changes
+//! instead), every segment of an archived table where it is (in its
+//! archive location), and every WAL file (record checksums, a torn tail of
+//! the newest one). It holds the directory lock while it runs and changes
 //! nothing: a torn WAL tail is reported, and cut off by the next open.
 //!
 //! Invariants: it never writes and never opens the database (it takes the
@@ -22,6 +23,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
+use crate::archive::ArchiveRecord;
 use crate::error::{Error, Result};
 use crate::manifest::{self, TableManifest};
 use crate::segment::SegmentMeta;
@@ -88,10 +90,11 @@ pub async fn check(root: impl AsRef<Path>, table: Option<&str>) -> Result<CheckR
     );
     let mut report = CheckReport::default();
     let tables = check_versions::<serde_json::Value>(&*store, "catalog", &mut report).await?;
-    // (id, name) of each table in the newest readable catalog.
-    let mut ids: Vec<(u64, String)> = tables
+    let entries = tables
         .and_then(|c| c.get("tables").and_then(|t| t.as_array()).cloned())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // (id, name) of each table in the newest readable catalog.
+    let mut ids: Vec<(u64, String)> = entries
         .iter()
         .filter_map(|t| Some((t.get("id")?.as_u64()?, t.pointer("/schema/name")?.as_str()?.to_string())))
         .collect();
@@ -105,6 +108,15 @@ pub async fn check(root: impl AsRef<Path>, table: Option<&str>) -> Result<CheckR
         }
     }
     for (id, _) in &ids {
+        let archived = entries
+            .iter()
+            .find(|e| e.get("id").and_then(|v| v.as_u64()) == Some(*id))
+            .and_then(|e| e.get("archive"))
+            .and_then(|a| serde_json::from_value::<ArchiveRecord>(a.clone()).ok());
+        if let Some(record) = archived {
+            check_archive(&record, &mut report).await?;
+            continue;
+        }
         let prefix = format!("tables/{id}/manifest");
         let Some(m) = check_versions::<TableManifest>(&*store, &prefix, &mut report).await? else {
             continue;
@@ -132,6 +144,21 @@ pub async fn check(root: impl AsRef<Path>, table: Option<&str>) -> Result<CheckR
         check_wal(&root.join("wal"), &mut report)?;
     }
     Ok(report)
+}
+
+/// Checks an archived table's segments where they are (read whole from
+/// the archive location, credentials from `AWS_*`).
+async fn check_archive(record: &ArchiveRecord, report: &mut CheckReport) -> Result<()> {
+    let remote = record.location.open()?;
+    let url = record.location.url.trim_end_matches('/');
+    for seg in &record.manifest.segments {
+        let state = match check_segment(&*remote.store, seg).await {
+            Ok(state) => state,
+            Err(e) => FileState::Damaged(e.message().to_string()),
+        };
+        report.push(format!("{url}/{}", seg.path), state);
+    }
+    Ok(())
 }
 
 /// Checks every version file under `prefix`; returns the newest readable

@@ -28,6 +28,8 @@ pub(crate) struct Storage {
     pub segment_options: SegmentWriteOptions,
     /// Whether segments opened by this database check their checksums.
     pub verify_checksums: bool,
+    /// Column chunks read from archived segments (`DbOptions::archive_cache_bytes`).
+    pub chunk_cache: Arc<crate::segment::chunk_cache::ChunkCache>,
 }
 
 impl Storage {

@@ -79,6 +79,9 @@ impl Database {
                 numeric_dictionary_bytes: options.numeric_dictionary_bytes,
             },
             verify_checksums: options.verify_checksums,
+            chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
+                options.archive_cache_bytes,
+            )),
         };
         for entry in &catalog.tables {
             let t = match &entry.archive {

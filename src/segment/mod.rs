@@ -13,6 +13,7 @@
 
 mod build;
 mod checksum;
+pub(crate) mod chunk_cache;
 mod encode;
 pub(crate) mod format;
 mod point;
@@ -113,6 +114,9 @@ pub(crate) struct Segment {
     /// the next process, for a segment in a remote store (see
     /// [`Segment::with_tail_cache`]).
     tail_cache: Option<std::path::PathBuf>,
+    /// The database's cache of remote column chunks, and this segment's
+    /// id in it (see [`Segment::with_chunk_cache`]).
+    chunk_cache: Option<(Arc<chunk_cache::ChunkCache>, u64)>,
     /// Set when no manifest references the file any more: it is deleted
     /// when the last reader holding this segment drops it.
     obsolete: AtomicBool,
@@ -120,6 +124,9 @@ pub(crate) struct Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        if let Some((cache, id)) = &self.chunk_cache {
+            cache.forget(*id);
+        }
         if !self.obsolete.load(Ordering::Acquire) {
             return;
         }
@@ -160,6 +167,7 @@ impl Segment {
             checks: std::sync::OnceLock::new(),
             verify,
             tail_cache: None,
+            chunk_cache: None,
             obsolete: AtomicBool::new(false),
         }
     }
@@ -172,6 +180,13 @@ impl Segment {
     /// segments with checksums; others ignore it.
     pub fn with_tail_cache(mut self, path: std::path::PathBuf) -> Self {
         self.tail_cache = Some(path);
+        self
+    }
+
+    /// Keeps the column chunks scans of this (remote) segment fetch in
+    /// `cache`, for the scans after them.
+    pub fn with_chunk_cache(mut self, cache: Arc<chunk_cache::ChunkCache>) -> Self {
+        self.chunk_cache = Some((cache, chunk_cache::next_id()));
         self
     }
 

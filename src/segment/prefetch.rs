@@ -7,9 +7,13 @@
 //! which column chunks it will read, keeps [`DEPTH`] row groups' fetches in
 //! flight, and serves the Parquet reader's requests from them.
 //!
+//! Chunks fetched go to the database's [`ChunkCache`], and row groups
+//! whose chunks are all cached are served from it without a fetch.
+//!
 //! Invariants: every byte served was checked against the segment's block
-//! checksums; a request outside what was fetched is read directly; fetches
-//! still in flight are aborted when the scan is dropped.
+//! checksums (cached bytes were, before they were cached); a request
+//! outside what was fetched is read directly; fetches still in flight are
+//! aborted when the scan is dropped.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -20,6 +24,7 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 
 use super::checksum::BlockChecks;
+use super::chunk_cache::ChunkCache;
 use crate::error::Error;
 
 /// Row groups fetched ahead of the one being decoded.
@@ -34,16 +39,26 @@ pub(crate) struct Prefetch {
     checks: Option<Arc<BlockChecks>>,
     /// Per row group still to fetch: its column chunks' byte ranges.
     todo: VecDeque<Vec<Range<u64>>>,
-    /// Fetches under way, oldest first.
-    in_flight: VecDeque<(Vec<Range<u64>>, tokio::task::JoinHandle<Fetched>)>,
+    /// Fetches under way (or chunks found cached), oldest first.
+    in_flight: VecDeque<(Vec<Range<u64>>, Fetch)>,
+    /// The database's chunk cache and the segment's id in it.
+    cache: Option<(Arc<ChunkCache>, u64)>,
     /// The row group being decoded: its chunks and their bytes.
     current: Option<(Vec<Range<u64>>, Vec<Bytes>)>,
 }
 
+/// A row group's chunks: cached already, or being fetched.
+enum Fetch {
+    Cached(Vec<Bytes>),
+    Pending(tokio::task::JoinHandle<Fetched>),
+}
+
 impl Drop for Prefetch {
     fn drop(&mut self) {
-        for (_, h) in &self.in_flight {
-            h.abort();
+        for (_, f) in &self.in_flight {
+            if let Fetch::Pending(h) = f {
+                h.abort();
+            }
         }
     }
 }
@@ -84,6 +99,7 @@ impl Prefetch {
         store: Arc<dyn ObjectStore>,
         path: Path,
         checks: Option<Arc<BlockChecks>>,
+        cache: Option<(Arc<ChunkCache>, u64)>,
         groups: Vec<Vec<Range<u64>>>,
     ) -> Self {
         Prefetch {
@@ -92,6 +108,7 @@ impl Prefetch {
             checks,
             todo: groups.into(),
             in_flight: VecDeque::new(),
+            cache,
             current: None,
         }
     }
@@ -99,10 +116,21 @@ impl Prefetch {
     fn top_up(&mut self) {
         while self.in_flight.len() < DEPTH {
             let Some(chunks) = self.todo.pop_front() else { break };
-            let (store, path, checks) = (self.store.clone(), self.path.clone(), self.checks.clone());
-            let want = chunks.clone();
-            let h = tokio::spawn(async move { fetch_checked(&*store, &path, checks.as_deref(), &want).await });
-            self.in_flight.push_back((chunks, h));
+            let cached: Option<Vec<Bytes>> = self
+                .cache
+                .as_ref()
+                .and_then(|(c, id)| chunks.iter().map(|r| c.get(*id, r)).collect());
+            let fetch = match cached {
+                Some(b) => Fetch::Cached(b),
+                None => {
+                    let (store, path, checks) = (self.store.clone(), self.path.clone(), self.checks.clone());
+                    let want = chunks.clone();
+                    Fetch::Pending(tokio::spawn(async move {
+                        fetch_checked(&*store, &path, checks.as_deref(), &want).await
+                    }))
+                }
+            };
+            self.in_flight.push_back((chunks, fetch));
         }
     }
 
@@ -118,15 +146,26 @@ impl Prefetch {
             }
             // Only a request for a later row group moves the read on.
             let next = self.in_flight.front()?;
-            if !ranges.iter().all(|r| next.0.iter().any(|c| c.start <= r.start && r.end <= c.end)) {
+            if !ranges
+                .iter()
+                .all(|r| next.0.iter().any(|c| c.start <= r.start && r.end <= c.end))
+            {
                 return None;
             }
-            let (chunks, h) = self.in_flight.pop_front()?;
+            let (chunks, fetch) = self.in_flight.pop_front()?;
             self.top_up();
-            let bytes = match h.await {
-                Ok(Ok(b)) => b,
-                Ok(Err(e)) => return Some(Err(e)),
-                Err(e) => return Some(Err(parquet::errors::ParquetError::General(format!("prefetch: {e}")))),
+            let bytes = match fetch {
+                Fetch::Cached(b) => b,
+                Fetch::Pending(h) => match h.await {
+                    Ok(Ok(b)) => {
+                        if let Some((c, id)) = &self.cache {
+                            chunks.iter().zip(&b).for_each(|(r, b)| c.put(*id, r, b));
+                        }
+                        b
+                    }
+                    Ok(Err(e)) => return Some(Err(e)),
+                    Err(e) => return Some(Err(parquet::errors::ParquetError::General(format!("prefetch: {e}")))),
+                },
             };
             self.current = Some((chunks, bytes));
         }
@@ -138,7 +177,10 @@ fn slices(chunks: &[Range<u64>], bytes: &[Bytes], ranges: &[Range<u64>]) -> Opti
     ranges
         .iter()
         .map(|r| {
-            let (c, b) = chunks.iter().zip(bytes).find(|(c, _)| c.start <= r.start && r.end <= c.end)?;
+            let (c, b) = chunks
+                .iter()
+                .zip(bytes)
+                .find(|(c, _)| c.start <= r.start && r.end <= c.end)?;
             Some(b.slice((r.start - c.start) as usize..(r.end - c.start) as usize))
         })
         .collect()

@@ -16,8 +16,8 @@ use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuil
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
-use super::scan::{row_group_overlaps, views_schema};
 use super::prefetch::{Prefetch, checksum_err, fetch_checked};
+use super::scan::{row_group_overlaps, views_schema};
 use super::{Segment, checksum};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
@@ -129,6 +129,7 @@ impl Segment {
             checks: self.checks.get().cloned(),
             tail: None,
             prefetch: None,
+            chunk_cache: self.chunk_cache.clone(),
         }
     }
 
@@ -180,6 +181,8 @@ pub(crate) struct SegmentFileReader {
     tail: Option<(u64, Bytes)>,
     /// Read-ahead of a scan of a remote segment.
     prefetch: Option<Prefetch>,
+    /// The segment's place in the chunk cache, if it uses one.
+    chunk_cache: Option<(Arc<super::chunk_cache::ChunkCache>, u64)>,
 }
 
 /// A range of a mapped segment, owned by `Bytes` without copying.
@@ -208,7 +211,13 @@ impl SegmentFileReader {
     /// store (a mapped file needs none).
     pub(super) fn with_prefetch(mut self, groups: Vec<Vec<std::ops::Range<u64>>>) -> Self {
         if self.local.is_none() && groups.len() > 1 {
-            self.prefetch = Some(Prefetch::new(self.store.clone(), self.path.clone(), self.checks.clone(), groups));
+            self.prefetch = Some(Prefetch::new(
+                self.store.clone(),
+                self.path.clone(),
+                self.checks.clone(),
+                self.chunk_cache.clone(),
+                groups,
+            ));
         }
         self
     }

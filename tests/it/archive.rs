@@ -256,7 +256,9 @@ async fn archived_tables_answer_the_same_queries_from_s3_and_come_back() {
     assert!(before.lines().count() > 3000, "the queries return rows");
 
     let url = "s3://bucket/months/orders";
-    let out = ok(&mut s3_archive(&data, "orders", url, &server.endpoint));
+    let (code, out, err) = run(&mut s3_archive(&data, "orders", url, &server.endpoint));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "no progress bar off a terminal: {err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(report["location"], url);
     assert!(report["files"].as_u64().unwrap() >= 1, "{report}");
@@ -279,6 +281,12 @@ async fn archived_tables_answer_the_same_queries_from_s3_and_come_back() {
 
     // The same answers, read from S3 (each command a new process).
     assert_eq!(answers(&data, &queries), before);
+    // `cellar check` reads the archived segments where they are.
+    let checked = ok(cellar(&data).args(["check"]));
+    assert!(
+        checked.contains("ok       s3://bucket/months/orders/segments/"),
+        "{checked}"
+    );
     assert!(
         !objects_under(&data.join("cache")).is_empty(),
         "footers are cached for the next process"
