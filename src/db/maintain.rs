@@ -45,7 +45,7 @@ pub struct MaintenanceStep {
 
 impl Database {
     /// Archives and drops the months of every series that passed their
-    /// ages (see [`crate::SeriesOptions`]), the oldest first. A month that
+    /// ages (see [`super::SeriesOptions`]), the oldest first. A month that
     /// fails is reported and left as it was; the others go on. Running it
     /// again does only what is left. `progress` is told the month being
     /// archived and how far its copy has got.

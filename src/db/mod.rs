@@ -29,6 +29,7 @@ mod maintain;
 pub(crate) mod open;
 pub(crate) mod series;
 pub(crate) mod table;
+mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -41,9 +42,9 @@ pub use self::archive::ArchiveOnDrop;
 use self::catalog::{CatalogEntry, CatalogFile};
 use self::inner::DbInner;
 pub use self::maintain::{MaintenanceAction, MaintenanceStep};
-pub(crate) use self::series::Writer;
 pub use self::series::{Series, SeriesOptions};
 use self::table::Table;
+pub(crate) use self::writer::Writer;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::TableManifest;
 use crate::model::api::{GetRow, RowWrite};

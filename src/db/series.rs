@@ -210,37 +210,6 @@ impl SeriesDef {
     }
 }
 
-/// Where rows are written: a table, or a series (each row to its month).
-#[derive(Clone, Debug)]
-pub(crate) enum Writer {
-    Table(crate::Table),
-    Series(Series),
-}
-
-impl Writer {
-    pub fn name(&self) -> &str {
-        match self {
-            Writer::Table(t) => t.name(),
-            Writer::Series(s) => s.name(),
-        }
-    }
-
-    /// The key columns and declared columns rows are parsed with.
-    pub fn schema(&self) -> &TableSchema {
-        match self {
-            Writer::Table(t) => t.schema(),
-            Writer::Series(s) => s.schema(),
-        }
-    }
-
-    pub async fn enqueue_batch(&self, writes: Vec<RowWrite>) -> Result<QueuedWrites> {
-        match self {
-            Writer::Table(t) => t.enqueue_batch(writes).await,
-            Writer::Series(s) => s.enqueue_batch(writes).await,
-        }
-    }
-}
-
 /// A handle on a series: writes routed to their months.
 #[derive(Clone)]
 pub struct Series {
@@ -292,7 +261,7 @@ impl Series {
         self.enqueue_batch(writes).await?.durable().await
     }
 
-    /// Like [`crate::Table::enqueue_batch`]: queued in order, durable later.
+    /// Like [`super::table::Table::enqueue_batch`]: queued in order, durable later.
     pub async fn enqueue_batch(&self, writes: Vec<RowWrite>) -> Result<QueuedWrites> {
         let now = self.db.inner.now_ms();
         let mut routed = Vec::with_capacity(writes.len());

@@ -25,7 +25,8 @@ pub(crate) use build::{SegmentBuilder, SegmentWriteOptions};
 pub(crate) use checksum::verify_file;
 pub(crate) use encode::{RowEncoder, encode_states};
 pub(crate) use point::partition;
-pub(crate) use scan::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch, view_type};
+pub(crate) use reader::view_type;
+pub(crate) use scan::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

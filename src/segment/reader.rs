@@ -15,9 +15,9 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::statistics::Statistics;
 
 use super::prefetch::{Prefetch, checksum_err, fetch_checked};
-use super::scan::{row_group_overlaps, views_schema};
 use super::{Segment, checksum};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
@@ -291,5 +291,47 @@ impl AsyncFileReader for SegmentFileReader {
             Ok(Arc::new(md))
         }
         .boxed()
+    }
+}
+
+/// `t` with strings (also inside structs) as `Utf8View`, as scans read them.
+pub(crate) fn view_type(t: &arrow::datatypes::DataType) -> arrow::datatypes::DataType {
+    use arrow::datatypes::DataType;
+    match t {
+        DataType::Utf8 => DataType::Utf8View,
+        DataType::Struct(fields) => DataType::Struct(
+            fields
+                .iter()
+                .map(|f| Arc::new(f.as_ref().clone().with_data_type(view_type(f.data_type()))))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `s` with every string column read as `Utf8View`.
+fn views_schema(s: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        s.fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_data_type(view_type(f.data_type())))
+            .collect::<Vec<_>>(),
+        s.metadata().clone(),
+    ))
+}
+
+/// The smallest and largest `__pk` of a column chunk's statistics.
+pub(super) fn pk_bounds(stats: Option<&Statistics>) -> Option<(&[u8], &[u8])> {
+    match stats? {
+        Statistics::ByteArray(s) => Some((s.min_opt()?.data(), s.max_opt()?.data())),
+        _ => None,
+    }
+}
+
+/// Whether row group `rg` may hold keys of `range` (its `__pk` statistics).
+pub(super) fn row_group_overlaps(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> bool {
+    match pk_bounds(md.row_group(rg).column(0).statistics()) {
+        Some((min, max)) => range.overlaps(min, max),
+        None => true,
     }
 }

@@ -24,13 +24,12 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::column_index::{ByteArrayColumnIndex, ColumnIndexMetaData};
 use parquet::file::page_index::offset_index::PageLocation;
-use parquet::file::statistics::Statistics;
 
 use super::Segment;
 use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
 use super::point::{RowGroupFile, partition};
-use super::reader::{MappedRange, SegmentFileReader};
+use super::reader::{MappedRange, SegmentFileReader, pk_bounds, row_group_overlaps};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
 use crate::model::row::RowState;
@@ -131,31 +130,6 @@ fn first_page_reaching<'m>(
         ),
         None => (None, total..total),
     }
-}
-
-/// `t` with strings (also inside structs) as `Utf8View`, as scans read them.
-pub(crate) fn view_type(t: &arrow::datatypes::DataType) -> arrow::datatypes::DataType {
-    use arrow::datatypes::DataType;
-    match t {
-        DataType::Utf8 => DataType::Utf8View,
-        DataType::Struct(fields) => DataType::Struct(
-            fields
-                .iter()
-                .map(|f| Arc::new(f.as_ref().clone().with_data_type(view_type(f.data_type()))))
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
-
-pub(super) fn views_schema(s: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
-    Arc::new(arrow::datatypes::Schema::new_with_metadata(
-        s.fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_data_type(view_type(f.data_type())))
-            .collect::<Vec<_>>(),
-        s.metadata().clone(),
-    ))
 }
 
 /// The rows of one row group a columnar scan reads.
@@ -427,20 +401,6 @@ impl SegmentCursor {
                 .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
         }
         Ok(())
-    }
-}
-
-fn pk_bounds(stats: Option<&Statistics>) -> Option<(&[u8], &[u8])> {
-    match stats? {
-        Statistics::ByteArray(s) => Some((s.min_opt()?.data(), s.max_opt()?.data())),
-        _ => None,
-    }
-}
-
-pub(super) fn row_group_overlaps(md: &ParquetMetaData, rg: usize, range: &KeyRange) -> bool {
-    match pk_bounds(md.row_group(rg).column(0).statistics()) {
-        Some((min, max)) => range.overlaps(min, max),
-        None => true,
     }
 }
 

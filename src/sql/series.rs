@@ -34,7 +34,6 @@ use crate::db::{Database, Series, Writer};
 /// A series seen from SQL.
 pub struct SeriesTable {
     series: Series,
-    db: Database,
     /// The months, oldest first, each as a table provider.
     months: Vec<(Month, CellarTable)>,
     schema: SchemaRef,
@@ -81,7 +80,6 @@ impl SeriesTable {
         }
         SeriesTable {
             schema: Arc::new(Schema::new(fields)),
-            db: db.clone(),
             series,
             months,
         }
@@ -250,7 +248,6 @@ impl TableProvider for SeriesTable {
                 "INSERT OVERWRITE is not supported for Cellar series; INSERT routes each row to its month"
             );
         }
-        let _ = &self.db;
         let sink = CellarSink {
             target: Writer::Series(self.series.clone()),
             schema: self.schema.clone(),
