@@ -1,7 +1,8 @@
 -- A monthly series: each row goes to the table of its UTC month by its
 -- time column (INTEGER, milliseconds since the epoch); SELECT reads
 -- every month and skips those a predicate on the time column excludes
--- (SeriesScanExec in EXPLAIN). A TIMESTAMP goes in as its milliseconds.
+-- (SeriesScanExec in EXPLAIN). A TIMESTAMP goes into a BIGINT time column
+-- as its milliseconds.
 CREATE TABLE orders (card BIGINT, ts BIGINT, amount DOUBLE, PRIMARY KEY (card, ts)) WITH (series = 'monthly', time_column = 'ts');
 INSERT INTO orders VALUES (1, 1704067200000, 10.0), (2, 1704153600000, 20.0), (1, 1706745600000, 30.0), (3, 1709251199999, 40.0), (1, 1709251200000, 50.0);
 INSERT INTO orders VALUES (4, CAST(to_timestamp_millis(TIMESTAMP '2024-03-15 12:00:00') AS BIGINT), 60.0);
@@ -33,3 +34,12 @@ DROP TABLE ev_202401;
 DROP TABLE ev_202402;
 DROP TABLE ev;
 SHOW TABLES;
+-- A time column declared TIMESTAMP: the series shows it as one (it is
+-- stored as milliseconds; each month table shows it as BIGINT).
+CREATE TABLE visits (site VARCHAR, at TIMESTAMP, n BIGINT, PRIMARY KEY (site, at)) WITH (series = 'monthly', time_column = 'at');
+INSERT INTO visits VALUES ('a', TIMESTAMP '2024-01-31 23:59:59.999', 1), ('a', TIMESTAMP '2024-02-01 00:00:00', 2);
+INSERT INTO visits VALUES ('b', 1709251200000, 3);
+SELECT * FROM visits ORDER BY at;
+EXPLAIN SELECT n FROM visits WHERE at >= TIMESTAMP '2024-02-01 00:00:00' AND at < TIMESTAMP '2024-03-01 00:00:00';
+SELECT n FROM visits WHERE at >= TIMESTAMP '2024-02-01 00:00:00' AND at < TIMESTAMP '2024-03-01 00:00:00';
+SELECT * FROM visits_202401;

@@ -376,6 +376,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                         archive_after_months: series.archive_after_months,
                         drop_after_months: series.drop_after_months,
                         archive_to: series.archive_to.map(|url| remote.location(&url)),
+                        time_is_timestamp: false,
                     };
                     db.create_series(schema, opts, s).await?
                 }

@@ -34,6 +34,12 @@ pub struct SeriesOptions {
     /// the month of the write time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_column: Option<String>,
+    /// SQL shows the time column of the series as a TIMESTAMP (of
+    /// milliseconds) instead of a BIGINT: set by `CREATE TABLE` when the
+    /// column is declared TIMESTAMP. It is stored as INTEGER milliseconds
+    /// either way, and each month table shows it as BIGINT.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub time_is_timestamp: bool,
     /// `Database::maintain` archives months at least this many months
     /// older than the current one (to `archive_to`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

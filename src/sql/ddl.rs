@@ -210,6 +210,32 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                     "CREATE TABLE {name} has no primary key; add PRIMARY KEY (col, ...) with 1 to 4 columns of type {PK_TYPES}"
                 )));
             }
+            let mut series = None;
+            let update = match &ct.table_options {
+                CreateTableOptions::None => OptionsUpdate::default(),
+                CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => {
+                    let (rest, s) = split_series_options(o)?;
+                    series = s;
+                    options_update(&rest)?
+                }
+                other => {
+                    return Err(plan_err(format!(
+                        "unsupported table options '{other}'; use WITH (ttl = ..., max_versions = ..., max_version_offset = ..., allow_update = ...)"
+                    )));
+                }
+            };
+            // A series' time column may be declared TIMESTAMP: stored as
+            // BIGINT milliseconds, shown as TIMESTAMP by the series.
+            let time_column = series.as_ref().and_then(|s: &SeriesOptions| s.time_column.clone());
+            let mut time_is_timestamp = false;
+            let mut sql_type = |col: &str, t: String| -> String {
+                if time_column.as_deref() == Some(col) && t.to_ascii_uppercase().starts_with("TIMESTAMP") {
+                    time_is_timestamp = true;
+                    "BIGINT".to_string()
+                } else {
+                    t
+                }
+            };
             let mut schema = TableSchema::new(name.clone());
             for pk in &pk_names {
                 let Some(c) = ct.columns.iter().find(|c| c.name.value == *pk) else {
@@ -217,7 +243,7 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                         "primary-key column '{pk}' of table '{name}' is not among its columns"
                     )));
                 };
-                let t = c.data_type.to_string();
+                let t = sql_type(pk, c.data_type.to_string());
                 let pk_type = match value_type(&t) {
                     Some(ValueType::Integer) => PkType::Integer,
                     Some(ValueType::String) => PkType::String,
@@ -234,7 +260,7 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                 if pk_names.contains(&c.name.value) {
                     continue;
                 }
-                let t = c.data_type.to_string();
+                let t = sql_type(&c.name.value, c.data_type.to_string());
                 let vt = value_type(&t).ok_or_else(|| {
                     plan_err(format!(
                         "column '{}' has type {t}; attribute columns accept {ATTR_TYPES}",
@@ -243,20 +269,9 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                 })?;
                 schema = schema.column(c.name.value.clone(), vt);
             }
-            let mut series = None;
-            let update = match &ct.table_options {
-                CreateTableOptions::None => OptionsUpdate::default(),
-                CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => {
-                    let (rest, s) = split_series_options(o)?;
-                    series = s;
-                    options_update(&rest)?
-                }
-                other => {
-                    return Err(plan_err(format!(
-                        "unsupported table options '{other}'; use WITH (ttl = ..., max_versions = ..., max_version_offset = ..., allow_update = ...)"
-                    )));
-                }
-            };
+            if let Some(s) = series.as_mut() {
+                s.time_is_timestamp = time_is_timestamp;
+            }
             let options = update.apply(&TableOptions::default());
             let created = match series {
                 Some(series) => db.create_series(schema, options, series).await,

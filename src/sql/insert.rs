@@ -162,6 +162,11 @@ pub(super) fn cell(a: &ArrayRef, row: usize) -> Option<Value> {
         DataType::BinaryView => Value::Binary(a.as_binary_view().value(row).to_vec()),
         DataType::Binary => Value::Binary(a.as_binary::<i32>().value(row).to_vec()),
         DataType::Boolean => Value::Boolean(a.as_boolean().value(row)),
+        // A series' TIMESTAMP time column: stored as milliseconds.
+        DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, _) => Value::Integer(
+            a.as_primitive::<datafusion::arrow::datatypes::TimestampMillisecondType>()
+                .value(row),
+        ),
         _ => return None,
     })
 }

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Result as DfResult, ScalarValue, not_impl_err};
 use datafusion::datasource::TableType;
@@ -78,6 +78,17 @@ impl SeriesTable {
                 }
             }
         }
+        if series.series_options().time_is_timestamp
+            && let Some(col) = series.series_options().time_column.as_deref()
+        {
+            for f in &mut fields {
+                if f.name() == col {
+                    *f = f
+                        .clone()
+                        .with_data_type(DataType::Timestamp(TimeUnit::Millisecond, None));
+                }
+            }
+        }
         SeriesTable {
             schema: Arc::new(Schema::new(fields)),
             series,
@@ -100,17 +111,29 @@ impl SeriesTable {
 
 /// Narrows `range` by what `e` (a conjunct) says of column `col`.
 fn narrow(e: &Expr, col: &str, range: &mut (i64, i64)) {
+    // An integer, or a timestamp in milliseconds.
     let int = |e: &Expr| match e {
-        Expr::Literal(v, _) => v
-            .cast_to(&datafusion::arrow::datatypes::DataType::Int64)
-            .ok()
-            .and_then(|v| match v {
+        Expr::Literal(v, _) => {
+            let v = match v.data_type() {
+                DataType::Timestamp(_, _) => v.cast_to(&DataType::Timestamp(TimeUnit::Millisecond, None)).ok()?,
+                _ => v.clone(),
+            };
+            match v.cast_to(&DataType::Int64).ok()? {
                 ScalarValue::Int64(Some(x)) => Some(x),
                 _ => None,
-            }),
+            }
+        }
         _ => None,
     };
-    let is_col = |e: &Expr| matches!(e, Expr::Column(c) if c.name == col);
+    let is_col = |e: &Expr| match e {
+        Expr::Column(c) => c.name == col,
+        // The column cast to another timestamp unit for a comparison.
+        Expr::Cast(c) => {
+            matches!(&*c.expr, Expr::Column(c) if c.name == col)
+                && matches!(c.field.data_type(), DataType::Timestamp(_, _))
+        }
+        _ => false,
+    };
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             if *op == Operator::And {

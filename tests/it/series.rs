@@ -264,6 +264,7 @@ async fn maintain_archives_and_drops_months_by_age_and_goes_on_past_a_failure() 
             archive_after_months: Some(2),
             drop_after_months: Some(5),
             archive_to: Some(RemoteLocation::new(archive.to_str().unwrap())),
+            ..Default::default()
         },
     )
     .await
