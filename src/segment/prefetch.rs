@@ -126,7 +126,14 @@ impl Prefetch {
                     let (store, path, checks) = (self.store.clone(), self.path.clone(), self.checks.clone());
                     let want = chunks.clone();
                     Fetch::Pending(tokio::spawn(async move {
-                        fetch_checked(&*store, &path, checks.as_deref(), &want).await
+                        // One GET per chunk: the store would merge chunks
+                        // less than 1 MiB apart into one GET of every
+                        // column between them.
+                        let gets = want
+                            .iter()
+                            .map(|r| fetch_checked(&*store, &path, checks.as_deref(), std::slice::from_ref(r)));
+                        let parts = futures::future::try_join_all(gets).await?;
+                        Ok(parts.into_iter().flatten().collect())
                     }))
                 }
             };
