@@ -53,6 +53,7 @@ pub use model::api::{
     ColumnValue, DeleteRow, Direction, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult,
     RowWrite, UpdateAction, UpdateRow,
 };
+pub use model::filter::{ColumnCondition, CompareOp, Filter};
 pub use model::row::ReadOptions;
 pub use model::schema::{
     ColumnDef, MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET, MAX_PK_VALUE_BYTES,

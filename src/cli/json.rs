@@ -337,6 +337,64 @@ pub fn row_json(row: &Row) -> Json {
     Json::Object(m)
 }
 
+/// A filter: `{"column":C,"op":OP,"value":V,"pass_if_missing":B,
+/// "latest_version_only":B}`, `{"and":[F,...]}`, `{"or":[F,...]}`,
+/// `{"not":F}` or `{"column_page":{"offset":N,"limit":N}}`.
+pub fn parse_filter(j: &Json) -> Result<crate::Filter> {
+    use crate::{ColumnCondition, CompareOp, Filter};
+    const FORMS: &str = "accepted: {\"column\":C,\"op\":\"=\",\"value\":V[,\"pass_if_missing\":true][,\"latest_version_only\":true]}, \
+                         {\"and\":[F,F,...]}, {\"or\":[F,F,...]}, {\"not\":F}, {\"column_page\":{\"offset\":N,\"limit\":N}}";
+    let obj = as_object(j, "a filter")?;
+    let list = |v: &Json, what: &str| -> Result<Vec<Filter>> {
+        v.as_array()
+            .ok_or_else(|| Error::param(format!("\"{what}\" needs a list of filters; {FORMS}")))?
+            .iter()
+            .map(parse_filter)
+            .collect()
+    };
+    let flag = |name: &str, default: bool| -> Result<bool> {
+        match obj.get(name) {
+            None => Ok(default),
+            Some(Json::Bool(b)) => Ok(*b),
+            Some(other) => Err(Error::param(format!("\"{name}\" must be true or false, got {other}"))),
+        }
+    };
+    let count = |o: &serde_json::Map<String, Json>, name: &str| -> Result<usize> {
+        o.get(name)
+            .and_then(|v| v.as_u64())
+            .map(|n| n as usize)
+            .ok_or_else(|| Error::param(format!("column_page needs \"{name}\", a whole number; {FORMS}")))
+    };
+    if let Some(v) = obj.get("and") {
+        return Ok(Filter::And(list(v, "and")?));
+    }
+    if let Some(v) = obj.get("or") {
+        return Ok(Filter::Or(list(v, "or")?));
+    }
+    if let Some(v) = obj.get("not") {
+        return Ok(Filter::Not(Box::new(parse_filter(v)?)));
+    }
+    if let Some(v) = obj.get("column_page") {
+        let o = as_object(v, "column_page")?;
+        return Ok(Filter::ColumnPage {
+            offset: count(o, "offset")?,
+            limit: count(o, "limit")?,
+        });
+    }
+    let (Some(Json::String(column)), Some(Json::String(op)), Some(value)) =
+        (obj.get("column"), obj.get("op"), obj.get("value"))
+    else {
+        return Err(Error::param(format!("filter {j} is not one Cellar reads; {FORMS}")));
+    };
+    Ok(Filter::Column(ColumnCondition {
+        column: column.clone(),
+        op: CompareOp::parse(op)?,
+        value: parse_value(value, &format!("the value of the filter on '{column}'"))?,
+        pass_if_missing: flag("pass_if_missing", true)?,
+        latest_version_only: flag("latest_version_only", true)?,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

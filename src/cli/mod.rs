@@ -90,6 +90,17 @@ pub struct ReadArgs {
     /// Versions in [START_MS, END_MS) only
     #[arg(long, value_name = "START_MS,END_MS", allow_hyphen_values = true)]
     time_range: Option<String>,
+    /// Only rows that pass FILTER_JSON: {"column":C,"op":"=","value":V,"pass_if_missing":true,
+    /// "latest_version_only":true}, {"and":[F,...]}, {"or":[F,...]}, {"not":F},
+    /// {"column_page":{"offset":N,"limit":N}}
+    #[arg(long, value_name = "FILTER_JSON")]
+    filter: Option<String>,
+    /// First column to return (inclusive), to page through a wide row
+    #[arg(long)]
+    start_column: Option<String>,
+    /// Column to stop before (exclusive)
+    #[arg(long)]
+    end_column: Option<String>,
 }
 
 impl ReadArgs {
@@ -108,11 +119,17 @@ impl ReadArgs {
                 }
             }
         };
+        let filter = match &self.filter {
+            Some(f) => Some(json::parse_filter(&parse_json(f, "--filter")?)?),
+            None => None,
+        };
         Ok(ReadOptions {
             columns_to_get: self.columns.clone(),
             max_versions: self.max_versions,
             time_range,
-            ..Default::default()
+            start_column: self.start_column.clone(),
+            end_column: self.end_column.clone(),
+            filter,
         })
     }
 }

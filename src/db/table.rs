@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use crate::model::api::{
-    DeleteRow, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult, RowWrite, UpdateRow,
+    DeleteRow, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, MAX_RANGE_SCANNED_ROWS, PutRow, RangeResult,
+    RowWrite, UpdateRow,
 };
 use crate::write::committer::QueuedWrites;
 
@@ -199,8 +200,8 @@ impl Table {
         let key = self.inner.schema.encode_pk(&get.primary_key)?;
         let snap = self.inner.snapshot(&self.db.shared().visible_seq);
         let now = self.db.now_ms();
-        let cols = get.options.columns_to_get.as_deref();
-        let Some(state) = snap.get_state(&key, cols).await? else {
+        let cols = fetched_columns(&get.options);
+        let Some(state) = snap.get_state(&key, cols.as_deref()).await? else {
             return Ok(None);
         };
         Ok(
@@ -227,14 +228,19 @@ impl Table {
         let snap = self.inner.snapshot(&self.db.shared().visible_seq);
         let now = self.db.now_ms();
         let limit = req.limit.unwrap_or(MAX_RANGE_ROWS).min(MAX_RANGE_ROWS);
-        let mut scan = MergeScan::new(&snap, range, backward, req.options.columns_to_get.as_deref());
+        let cols = fetched_columns(&req.options);
+        let mut scan = MergeScan::new(&snap, range, backward, cols.as_deref());
         let mut out = RangeResult::default();
         let mut bytes = 0usize;
+        let mut scanned = 0usize;
         while let Some((key, state)) = scan.next().await? {
-            if out.rows.len() >= limit || bytes >= MAX_RANGE_BYTES {
+            // A filter that passes few rows ends a response after
+            // MAX_RANGE_SCANNED_ROWS rows looked at, however few it holds.
+            if out.rows.len() >= limit || bytes >= MAX_RANGE_BYTES || scanned >= MAX_RANGE_SCANNED_ROWS {
                 out.next_start = Some(self.inner.schema.decode_pk(&key)?);
                 break;
             }
+            scanned += 1;
             if let Some(columns) = visible_cells(&state, now, &snap.options, &req.options) {
                 let primary_key = self.inner.schema.decode_pk(&key)?;
                 bytes += key.len()
@@ -318,7 +324,22 @@ impl Table {
     }
 }
 
+/// The columns a read needs from storage: those it returns, plus those
+/// its filter reads (`None`: all).
+fn fetched_columns(o: &ReadOptions) -> Option<Vec<String>> {
+    let mut cols = o.columns_to_get.clone()?;
+    if let Some(f) = &o.filter {
+        f.columns(&mut cols);
+        cols.sort();
+        cols.dedup();
+    }
+    Some(cols)
+}
+
 fn check_read_options(o: &ReadOptions) -> Result<()> {
+    if let Some(f) = &o.filter {
+        f.validate()?;
+    }
     if let Some(c) = &o.columns_to_get
         && c.len() > MAX_COLUMNS_TO_GET
     {

@@ -293,3 +293,7 @@ pub struct RangeResult {
 pub const MAX_RANGE_ROWS: usize = 5000;
 /// Most row bytes in one GetRange response.
 pub const MAX_RANGE_BYTES: usize = 4 * 1024 * 1024;
+/// Most rows one GetRange response looks at: with a filter that passes few
+/// of them, a response may hold fewer rows than its limit (even none) and
+/// continue at `next_start`.
+pub const MAX_RANGE_SCANNED_ROWS: usize = 50_000;

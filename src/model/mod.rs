@@ -10,6 +10,7 @@
 
 pub(crate) mod api;
 pub(crate) mod codec;
+pub(crate) mod filter;
 pub(crate) mod key;
 pub(crate) mod row;
 pub(crate) mod schema;

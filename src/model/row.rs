@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::filter::Filter;
 use crate::model::schema::TableOptions;
 use crate::model::types::{Cell, Value, ValueRef};
 
@@ -241,6 +242,8 @@ pub struct ReadOptions {
     pub start_column: Option<String>,
     /// Column to stop before (exclusive).
     pub end_column: Option<String>,
+    /// Only rows that pass it (see [`Filter`]).
+    pub filter: Option<Filter>,
 }
 
 impl ReadOptions {
@@ -306,7 +309,31 @@ pub(crate) fn visible_cells(
             out.push((name.clone(), cells));
         }
     }
-    if !exists || (out.is_empty() && read.restricts_columns()) {
+    if !exists {
+        return None;
+    }
+    if let Some(f) = &read.filter {
+        let versions = |name: &str| -> Vec<&Value> {
+            let Some(col) = state.columns.get(name) else {
+                return Vec::new();
+            };
+            col.versions
+                .iter()
+                .take(opts.max_versions as usize)
+                .take_while(|(v, _)| *v >= cutoff)
+                .filter(|(v, _)| read.time_range.is_none_or(|(s, e)| *v >= s && *v < e))
+                .take(limit)
+                .map(|(_, value)| value)
+                .collect()
+        };
+        if !f.passes(&versions) {
+            return None;
+        }
+        if let Some((offset, page)) = f.page() {
+            out = out.into_iter().skip(offset).take(page).collect();
+        }
+    }
+    if out.is_empty() && read.restricts_columns() {
         return None;
     }
     Some(out)

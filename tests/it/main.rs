@@ -11,6 +11,7 @@ mod crash;
 mod disk_full;
 mod export;
 mod faults;
+mod filters;
 mod fuzz_corpus;
 mod golden;
 mod model;
