@@ -269,6 +269,7 @@ impl Series {
 
     /// Like [`super::table::Table::enqueue_batch`]: queued in order, durable later.
     pub async fn enqueue_batch(&self, writes: Vec<RowWrite>) -> Result<QueuedWrites> {
+        super::table::check_batch_len(writes.len())?;
         let now = self.db.inner.now_ms();
         let mut routed = Vec::with_capacity(writes.len());
         let mut refused = Vec::new();

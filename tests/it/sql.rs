@@ -454,7 +454,7 @@ async fn memtable_overlays_place_writes_by_position() {
     let mut first: Vec<PrimaryKey> = (0..300).map(|_| random_key(&mut rng)).collect();
     first.extend((1000..1100).map(|c| pk(c, orders[c as usize % orders.len()])));
     let batch: Vec<RowWrite> = first.iter().map(|k| random_op(&mut rng, k.clone())).collect();
-    for r in t.write_batch(batch).await.unwrap() {
+    for r in write_all(&t, batch).await {
         r.unwrap();
     }
     let sess = SqlSession::new(db.clone());
@@ -563,7 +563,7 @@ async fn grouped_table_of(
                 .into()
         })
         .collect();
-    for chunk in writes.chunks(500) {
+    for chunk in writes.chunks(200) {
         for r in t.write_batch(chunk.to_vec()).await.unwrap() {
             r.unwrap();
         }
@@ -607,7 +607,7 @@ async fn memtable_overlays_place_dense_keys_by_narrowing() {
         }
     }
     assert!(writes.len() > 5000, "{} writes", writes.len());
-    for chunk in writes.chunks(1000) {
+    for chunk in writes.chunks(200) {
         for r in t.write_batch(chunk.to_vec()).await.unwrap() {
             r.unwrap();
         }
@@ -645,7 +645,7 @@ async fn put_random(t: &Table, rng: &mut StdRng, n: usize) {
             PutRow::new(k).column("x", rng.random_range(0..5000i64)).into()
         })
         .collect();
-    for r in t.write_batch(batch).await.unwrap() {
+    for r in write_all(t, batch).await {
         r.unwrap();
     }
 }
@@ -722,4 +722,13 @@ async fn memtable_overlays_place_keys_between_row_groups() {
     );
     drop(sess);
     db.close().await.unwrap();
+}
+
+/// Writes in batches of at most 200 (BatchWriteRow's limit), in order.
+async fn write_all(t: &Table, writes: Vec<RowWrite>) -> Vec<cellar::Result<()>> {
+    let mut out = Vec::new();
+    for chunk in writes.chunks(200) {
+        out.extend(t.write_batch(chunk.to_vec()).await.unwrap());
+    }
+    out
 }
