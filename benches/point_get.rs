@@ -132,7 +132,11 @@ fn main() {
                     "round {round}: full scan via GetRange{}: {n} rows returned, {rate:.0} rows looked at/s",
                     if with_filter { " with a 1% filter" } else { "" }
                 );
-                if with_filter { filtered.push(rate) } else { plain.push(rate) }
+                if with_filter {
+                    filtered.push(rate)
+                } else {
+                    plain.push(rate)
+                }
             }
         }
         plain.sort_by(|a, b| a.total_cmp(b));
