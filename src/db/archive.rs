@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 
@@ -343,69 +343,97 @@ async fn check_location(remote: &Remote, t: &TableInner) -> Result<()> {
     }
 }
 
-/// Copies every segment of `local` to the location, skipping those an
-/// earlier run already copied whole, and reads each back to check it.
+/// Segment files an archive copies at once.
+const PARALLEL_FILES: usize = 2;
+
+/// Copies every segment of `local` to the location ([`PARALLEL_FILES`] at
+/// once), skipping those an earlier run already copied whole, and reads
+/// each back to check it.
 async fn upload_segments(
     storage: &Storage,
     remote: &Remote,
     local: &TableManifest,
     progress: &(dyn Fn(&TransferProgress) + Sync),
 ) -> Result<TransferReport> {
-    let mut p = TransferProgress {
+    use std::sync::atomic::{AtomicU64, AtomicUsize};
+    let total = TransferProgress {
         files: local.segments.len(),
         bytes: local.segments.iter().map(|s| s.size_bytes).sum(),
         ..Default::default()
     };
-    progress(&p);
-    let mut reused = 0;
-    for seg in &local.segments {
-        let to = archive::archived_path(seg);
-        let base = p.bytes_done;
-        let stored = archive::stored_crc(remote, &to).await?;
-        let copied = match stored {
-            Some(s) if s.0 == seg.size_bytes => archive::local_crc(storage, &seg.path).await? == Some(s),
-            _ => false,
-        };
-        if copied {
-            reused += 1;
-        } else {
-            let mut on_bytes = |n: u64| {
-                p.bytes_done += n;
-                progress(&p);
+    let (bytes_done, files_done) = (AtomicU64::new(0), AtomicUsize::new(0));
+    let show = || {
+        progress(&TransferProgress {
+            bytes_done: bytes_done.load(Ordering::Relaxed),
+            files_done: files_done.load(Ordering::Relaxed),
+            ..total
+        })
+    };
+    show();
+    let reused: Vec<bool> = futures::stream::iter(&local.segments)
+        .map(|seg| async {
+            let on_bytes = |n: u64| {
+                bytes_done.fetch_add(n, Ordering::Relaxed);
+                show();
             };
-            let sent = archive::upload(storage, &seg.path, remote, &to, &mut on_bytes).await?;
-            if sent.0 != seg.size_bytes {
-                return Err(Error::corruption(format!(
-                    "segment {} is {} bytes long, its manifest says {}; the archive was not made",
-                    seg.path, sent.0, seg.size_bytes
-                )));
+            let reused = upload_segment(storage, remote, seg, &on_bytes).await?;
+            if reused {
+                bytes_done.fetch_add(seg.size_bytes, Ordering::Relaxed);
             }
-            let back = archive::stored_crc(remote, &to).await?;
-            if back != Some(sent) {
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!(
-                        "{to} at {} does not read back as it was uploaded ({} bytes, CRC-32C {:08x}; read back: {}); \
-                         the table was not changed, retry the archive",
-                        remote.location.describe(),
-                        sent.0,
-                        sent.1,
-                        back.map_or("nothing".to_string(), |(n, c)| format!("{n} bytes, CRC-32C {c:08x}"))
-                    ),
-                ));
-            }
-        }
-        p.bytes_done = base + seg.size_bytes;
-        p.files_done += 1;
-        progress(&p);
-    }
+            files_done.fetch_add(1, Ordering::Relaxed);
+            show();
+            Ok::<bool, Error>(reused)
+        })
+        .buffered(PARALLEL_FILES)
+        .try_collect()
+        .await?;
     Ok(TransferReport {
         location: remote.location.url.clone(),
-        files: p.files,
-        bytes: p.bytes,
-        reused_files: reused,
+        files: total.files,
+        bytes: total.bytes,
+        reused_files: reused.iter().filter(|r| **r).count(),
         already_done: false,
     })
+}
+
+/// Copies one segment and reads it back to check it; true when an
+/// earlier run had already copied it whole (nothing was copied).
+async fn upload_segment(
+    storage: &Storage,
+    remote: &Remote,
+    seg: &crate::segment::SegmentMeta,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<bool> {
+    let to = archive::archived_path(seg);
+    let stored = archive::stored_crc(remote, &to).await?;
+    if let Some(s) = stored
+        && s.0 == seg.size_bytes
+        && archive::local_crc(storage, &seg.path).await? == Some(s)
+    {
+        return Ok(true);
+    }
+    let sent = archive::upload(storage, &seg.path, remote, &to, &mut |n| on_bytes(n)).await?;
+    if sent.0 != seg.size_bytes {
+        return Err(Error::corruption(format!(
+            "segment {} is {} bytes long, its manifest says {}; the archive was not made",
+            seg.path, sent.0, seg.size_bytes
+        )));
+    }
+    let back = archive::stored_crc(remote, &to).await?;
+    if back != Some(sent) {
+        return Err(Error::new(
+            ErrorKind::Io,
+            format!(
+                "{to} at {} does not read back as it was uploaded ({} bytes, CRC-32C {:08x}; read back: {}); \
+                 the table was not changed, retry the archive",
+                remote.location.describe(),
+                sent.0,
+                sent.1,
+                back.map_or("nothing".to_string(), |(n, c)| format!("{n} bytes, CRC-32C {c:08x}"))
+            ),
+        ));
+    }
+    Ok(false)
 }
 
 /// Deletes segment objects at the location that `manifest` does not list
