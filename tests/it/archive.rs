@@ -493,6 +493,13 @@ async fn a_process_killed_during_archive_or_restore_loses_nothing() {
     // --keep-archive drops the table and leaves the archive readable.
     ok(cellar(&data).args(["drop", "orders", "--keep-archive"]));
     assert!(objects_under(&target).contains(&"cellar-table.json".to_string()));
+    // A file:// URL works as a target too.
+    ok(cellar(&data).args(["create", "small", "--pk", "k:integer"]));
+    let url = format!("file://{}", dir.path().join("small").display());
+    ok(cellar(&data).args(["archive", "small", "--to", &url]));
+    let line = ok(cellar(&data).args(["list", "--long"]));
+    assert!(line.contains(&format!("\"location\":\"{url}\"")), "{line}");
+    assert!(dir.path().join("small/cellar-table.json").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
