@@ -322,8 +322,9 @@ impl Database {
         Ok(())
     }
 
-    /// BatchWriteRow: up to 200 row writes across tables, committed together
-    /// when valid. Each row gets its own result.
+    /// BatchWriteRow: up to 200 row writes across tables (and series: each
+    /// write goes to its month), committed together when valid. Each row
+    /// gets its own result.
     pub async fn batch_write(&self, writes: Vec<(String, RowWrite)>) -> Result<Vec<Result<()>>> {
         if writes.len() > MAX_BATCH_WRITE_ROWS {
             return Err(Error::param(format!(
@@ -331,7 +332,7 @@ impl Database {
                 writes.len()
             )));
         }
-        self.inner.write_many(writes).await
+        self.enqueue_routed(writes).await?.durable().await
     }
 
     /// BatchGetRow: up to 100 rows across tables, each with its own result.

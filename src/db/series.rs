@@ -270,16 +270,10 @@ impl Series {
     /// Like [`super::table::Table::enqueue_batch`]: queued in order, durable later.
     pub async fn enqueue_batch(&self, writes: Vec<RowWrite>) -> Result<QueuedWrites> {
         super::table::check_batch_len(writes.len())?;
-        let now = self.db.inner.now_ms();
-        let mut routed = Vec::with_capacity(writes.len());
-        let mut refused = Vec::new();
-        for (i, w) in writes.into_iter().enumerate() {
-            match self.def.month_of_write(&w, now) {
-                Ok(month) => routed.push((self.db.month_for_write(&self.def, month).await?, w)),
-                Err(e) => refused.push((i, e)),
-            }
-        }
-        Ok(self.db.inner.enqueue_many(routed).await?.with_refused(refused))
+        let name = self.name().to_string();
+        self.db
+            .enqueue_routed(writes.into_iter().map(|w| (name.clone(), w)).collect())
+            .await
     }
 }
 
@@ -346,7 +340,7 @@ impl Database {
     }
 
     /// The month table a write goes to, created when it does not exist.
-    async fn month_for_write(&self, def: &SeriesDef, month: Month) -> Result<String> {
+    pub(super) async fn month_for_write(&self, def: &SeriesDef, month: Month) -> Result<String> {
         let series = &def.schema.name;
         let name = month_table(series, month);
         if let Some(t) = self.inner.shared.tables.read().get(&name) {
@@ -375,6 +369,26 @@ impl Database {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Queues writes to tables and series, each write to a series routed
+    /// to its month (created when missing); a write whose month cannot be
+    /// told is refused alone.
+    pub(super) async fn enqueue_routed(&self, writes: Vec<(String, RowWrite)>) -> Result<QueuedWrites> {
+        let now = self.inner.now_ms();
+        let mut routed = Vec::with_capacity(writes.len());
+        let mut refused = Vec::new();
+        for (i, (name, w)) in writes.into_iter().enumerate() {
+            let def = self.inner.series.read().get(&name).cloned();
+            match def {
+                None => routed.push((name, w)),
+                Some(def) => match def.month_of_write(&w, now) {
+                    Ok(month) => routed.push((self.month_for_write(&def, month).await?, w)),
+                    Err(e) => refused.push((i, e)),
+                },
+            }
+        }
+        Ok(self.inner.enqueue_many(routed).await?.with_refused(refused))
     }
 
     /// Drops a series that has no months left.

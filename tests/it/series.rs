@@ -207,6 +207,19 @@ async fn writes_whose_month_cannot_be_told_are_refused_alone() {
     );
     assert!(msg(6).contains("no value for its time column"), "{}", msg(6));
     assert_eq!(ev.months(), vec!["ev_202401", "ev_202402"]);
+    // BatchWriteRow routes a series' writes too, each on its own.
+    let results = db
+        .batch_write(vec![
+            (
+                "ev".to_string(),
+                PutRow::new(pk("g")).column("at", JAN_2024 + 70 * DAY).into(),
+            ),
+            ("ev".to_string(), PutRow::new(pk("h")).into()),
+        ])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok() && results[1].is_err(), "{results:?}");
+    assert_eq!(ev.months(), vec!["ev_202401", "ev_202402", "ev_202403"]);
     // Reads of the series name point to its months or SQL.
     let e = db.table("ev").unwrap_err();
     assert!(
