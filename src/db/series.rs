@@ -269,7 +269,7 @@ impl Series {
 
     /// Like [`super::table::Table::enqueue_batch`]: queued in order, durable later.
     pub async fn enqueue_batch(&self, writes: Vec<RowWrite>) -> Result<QueuedWrites> {
-        super::table::check_batch_len(writes.len())?;
+        crate::model::schema::check_batch_len(writes.len())?;
         let name = self.name().to_string();
         self.db
             .enqueue_routed(writes.into_iter().map(|w| (name.clone(), w)).collect())

@@ -164,7 +164,7 @@ impl Table {
     /// (invalid ones fail alone).
     pub async fn write_batch(&self, writes: Vec<RowWrite>) -> Result<Vec<Result<()>>> {
         self.check_live()?;
-        check_batch_len(writes.len())?;
+        crate::model::schema::check_batch_len(writes.len())?;
         self.db.write_many(writes.into_iter().map(|w| (self.name(), w))).await
     }
 
@@ -177,7 +177,7 @@ impl Table {
     /// Waits (backpressure) while the committer's queue is full.
     pub async fn enqueue_batch(&self, writes: Vec<RowWrite>) -> Result<QueuedWrites> {
         self.check_live()?;
-        check_batch_len(writes.len())?;
+        crate::model::schema::check_batch_len(writes.len())?;
         self.db.enqueue_many(writes.into_iter().map(|w| (self.name(), w))).await
     }
 
@@ -325,17 +325,6 @@ impl Table {
             last_compaction_error: self.inner.last_compaction_error.lock().clone(),
         }
     }
-}
-
-/// BatchWriteRow's limit, for every batch entry point.
-pub(crate) fn check_batch_len(n: usize) -> Result<()> {
-    if n > crate::model::schema::MAX_BATCH_WRITE_ROWS {
-        return Err(Error::param(format!(
-            "a batch of {n} row writes; at most {} are accepted in one batch",
-            crate::model::schema::MAX_BATCH_WRITE_ROWS
-        )));
-    }
-    Ok(())
 }
 
 /// The columns a read needs from storage: those it returns, plus those

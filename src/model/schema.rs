@@ -410,6 +410,17 @@ pub fn validate_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// BatchWriteRow's limit, for every batch entry point.
+pub(crate) fn check_batch_len(n: usize) -> Result<()> {
+    if n > MAX_BATCH_WRITE_ROWS {
+        return Err(Error::param(format!(
+            "a batch of {n} row writes; at most {} are accepted in one batch",
+            MAX_BATCH_WRITE_ROWS
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
