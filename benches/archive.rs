@@ -22,19 +22,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use cellar::*;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, WriteMultipart};
 
 #[path = "../tests/it/s3_server.rs"]
 mod s3_server;
-
-use s3_server::{KEY, SECRET};
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// The demo's GROUP BY (queries/demo/02_spend_per_seller.sql).
 const GROUP_BY: &str = "SELECT seller_id, count(*) AS orders, round(sum(amount), 2) AS total FROM {t} GROUP BY seller_id ORDER BY total DESC";
@@ -47,19 +39,11 @@ async fn timed_query(ctx: &datafusion::prelude::SessionContext, sql: &str) -> (D
 
 fn main() {
     let rows = common::rows_arg(10_000_000);
-    let rounds: usize = std::env::var("CELLAR_BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let rounds = common::rounds(3);
     // Credentials for the archive, set before any thread starts.
-    unsafe {
-        std::env::set_var("AWS_ACCESS_KEY_ID", KEY);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
-    }
-    let dir = match std::env::var_os("CELLAR_BENCH_DIR") {
-        Some(d) => tempfile::tempdir_in(d).unwrap(),
-        None => tempfile::tempdir().unwrap(),
-    };
+    // SAFETY: no other thread runs yet.
+    unsafe { s3_server::export_credentials() };
+    let dir = common::bench_dir();
     common::runtime().block_on(async {
         let db = Database::open(dir.path().join("db")).await.unwrap();
         for name in ["local", "month"] {
@@ -75,15 +59,7 @@ fn main() {
         let s3_root = dir.path().join("s3");
         std::fs::create_dir_all(s3_root.join("bench")).unwrap();
         let endpoint = s3_server::start(&s3_root).await;
-        let plain = AmazonS3Builder::new()
-            .with_bucket_name("bench")
-            .with_endpoint(&endpoint)
-            .with_allow_http(true)
-            .with_region("us-east-1")
-            .with_access_key_id(KEY)
-            .with_secret_access_key(SECRET)
-            .build()
-            .unwrap();
+        let plain = s3_server::client(&endpoint, "bench");
         let month = db.table("month").unwrap();
         let stats = month.stats();
         let mb = stats.segment_bytes as f64 / 1e6;
@@ -136,13 +112,13 @@ fn main() {
         }
         println!(
             "median: archive {:.0} MB/s, plain copy {:.0} MB/s (archive / copy {:.2}){}",
-            median(archive.clone()),
-            median(copy.clone()),
-            median(archive) / median(copy),
+            common::median(archive.clone()),
+            common::median(copy.clone()),
+            common::median(archive) / common::median(copy),
             if restore.is_empty() {
                 String::new()
             } else {
-                format!(", restore {:.0} MB/s", median(restore))
+                format!(", restore {:.0} MB/s", common::median(restore))
             }
         );
 
@@ -161,7 +137,7 @@ fn main() {
             on_local.push(l.as_secs_f64());
             on_archive.push(a.as_secs_f64());
         }
-        let (l, a) = (median(on_local), median(on_archive));
+        let (l, a) = (common::median(on_local), common::median(on_archive));
         println!(
             "GROUP BY median: local {:.1} ms, archived {:.1} ms (ratio {:.2})",
             l * 1e3,

@@ -19,35 +19,19 @@ use std::time::Instant;
 
 use cellar::sql::{ExportOptions, export};
 use cellar::*;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 
 #[path = "../tests/it/s3_server.rs"]
 mod s3_server;
 
-use s3_server::{KEY, SECRET};
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 fn main() {
     let rows = common::rows_arg(2_000_000);
-    let rounds: usize = std::env::var("CELLAR_BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let rounds = common::rounds(3);
     // Credentials for the exports, set before any thread starts.
-    unsafe {
-        std::env::set_var("AWS_ACCESS_KEY_ID", KEY);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
-    }
-    let dir = match std::env::var_os("CELLAR_BENCH_DIR") {
-        Some(d) => tempfile::tempdir_in(d).unwrap(),
-        None => tempfile::tempdir().unwrap(),
-    };
+    // SAFETY: no other thread runs yet.
+    unsafe { s3_server::export_credentials() };
+    let dir = common::bench_dir();
     common::runtime().block_on(async {
         let db = Database::open(dir.path().join("db")).await.unwrap();
         let t = common::bench_table(&db).await;
@@ -56,15 +40,7 @@ fn main() {
         let s3_root = dir.path().join("s3");
         std::fs::create_dir_all(s3_root.join("bench")).unwrap();
         let endpoint = s3_server::start(&s3_root).await;
-        let plain = AmazonS3Builder::new()
-            .with_bucket_name("bench")
-            .with_endpoint(&endpoint)
-            .with_allow_http(true)
-            .with_region("us-east-1")
-            .with_access_key_id(KEY)
-            .with_secret_access_key(SECRET)
-            .build()
-            .unwrap();
+        let plain = s3_server::client(&endpoint, "bench");
         let opts = ExportOptions::default();
         let (mut local, mut s3, mut copy) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
@@ -125,7 +101,7 @@ fn main() {
                 mb / secs
             );
         }
-        let (l, s, c) = (median(local), median(s3), median(copy));
+        let (l, s, c) = (common::median(local), common::median(s3), common::median(copy));
         println!(
             "medians over {rounds} rounds: export local {l:.1} MB/s, export S3 {s:.1} MB/s, plain upload {c:.1} MB/s \
              (export S3 / plain upload = {:.2})",

@@ -64,3 +64,29 @@ pub async fn write_pipelined(t: &Table, rows: u64, row_of: impl Fn(u64) -> RowWr
         }
     }
 }
+
+/// The median of some measurements.
+#[allow(dead_code)] // not every bench binary takes medians of f64
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// `CELLAR_BENCH_ROUNDS`, else `default`.
+#[allow(dead_code)] // not every bench binary has rounds
+pub fn rounds(default: usize) -> usize {
+    std::env::var("CELLAR_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A temporary directory under `$CELLAR_BENCH_DIR` (default: the
+/// system's temporary directory).
+#[allow(dead_code)] // not every bench binary places its data this way
+pub fn bench_dir() -> tempfile::TempDir {
+    match std::env::var_os("CELLAR_BENCH_DIR") {
+        Some(d) => tempfile::tempdir_in(d).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    }
+}

@@ -139,7 +139,7 @@ impl Database {
         };
         archive::put_marker(&remote, &marker(MarkerState::Uploading, None)).await?;
         let storage = &self.inner.shared.storage;
-        let mut report = upload_segments(storage, &remote, &local, progress).await?;
+        let report = upload_segments(storage, &remote, &local, progress).await?;
         delete_leftovers(&remote, &local).await?;
         let manifest = archive::with_paths(&local, archive::archived_path);
         archive::put_marker(&remote, &marker(MarkerState::Complete, Some(manifest.clone()))).await?;
@@ -162,7 +162,6 @@ impl Database {
             a.complete = true;
         }
         delete_local(storage, &format!("tables/{}/manifest", t.id)).await?;
-        report.location = to.url.clone();
         Ok(report)
     }
 
@@ -471,7 +470,7 @@ async fn check_restored(storage: &Storage, seg: &crate::segment::SegmentMeta, fr
 }
 
 /// Deletes every local object under `prefix`.
-async fn delete_local(storage: &Storage, prefix: &str) -> Result<()> {
+pub(super) async fn delete_local(storage: &Storage, prefix: &str) -> Result<()> {
     let objects: Vec<_> = storage.store.list(Some(&Path::from(prefix))).try_collect().await?;
     for o in objects {
         match storage.store.delete(&o.location).await {

@@ -35,9 +35,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use futures::TryStreamExt;
-use object_store::{ObjectStore, ObjectStoreExt};
-
 pub use self::archive::ArchiveOnDrop;
 use self::catalog::{CatalogEntry, CatalogFile};
 use self::inner::DbInner;
@@ -243,15 +240,7 @@ impl Database {
         // Wait for a running flush of the table, then delete its objects.
         let _f = t.flushing.lock().await;
         let _m = t.manifest.lock().await;
-        let prefix = object_store::path::Path::from(format!("tables/{}", t.id));
-        let objects: Vec<_> = self.inner.store.list(Some(&prefix)).try_collect().await?;
-        for o in objects {
-            match self.inner.store.delete(&o.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        archive::delete_local(&self.inner.shared.storage, &format!("tables/{}", t.id)).await
     }
 
     /// Table names, sorted.

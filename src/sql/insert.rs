@@ -37,6 +37,29 @@ impl fmt::Debug for InsertProgress {
     }
 }
 
+/// The plan of an INSERT into `target` (a table or a series): `input`'s
+/// rows written by a [`CellarSink`]. INSERT OVERWRITE is refused.
+pub(super) fn insert_plan(
+    target: Writer,
+    schema: SchemaRef,
+    input: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    insert_op: datafusion::logical_expr::dml::InsertOp,
+) -> DfResult<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    if insert_op == datafusion::logical_expr::dml::InsertOp::Overwrite {
+        let what = match &target {
+            Writer::Table(_) => "tables; INSERT writes each row (PutRow replaces a row with the same key)",
+            Writer::Series(_) => "series; INSERT routes each row to its month",
+        };
+        return datafusion::common::not_impl_err!("INSERT OVERWRITE is not supported for Cellar {what}");
+    }
+    let sink = CellarSink { target, schema };
+    Ok(Arc::new(datafusion::datasource::sink::DataSinkExec::new(
+        input,
+        Arc::new(sink),
+        None,
+    )))
+}
+
 /// Writes INSERTed rows with PutRow, in pipelined batches.
 pub(super) struct CellarSink {
     pub(super) target: Writer,

@@ -10,16 +10,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{DFSchema, Result as DfResult, not_impl_err, plan_err};
+use datafusion::common::{DFSchema, Result as DfResult, plan_err};
 use datafusion::datasource::TableType;
-use datafusion::datasource::sink::DataSinkExec;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::dml::DmlExec;
 use super::errors::df_err;
-use super::insert::CellarSink;
+use super::insert::insert_plan;
 use super::prune::StatsPruner;
 use super::pushdown::{self, KeyPlan};
 use super::scan_exec::{CellarScanExec, PredicateFilter};
@@ -307,16 +306,12 @@ impl TableProvider for CellarTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if insert_op == InsertOp::Overwrite {
-            return not_impl_err!(
-                "INSERT OVERWRITE is not supported for Cellar tables; INSERT writes each row (PutRow replaces a row with the same key)"
-            );
-        }
-        let sink = CellarSink {
-            target: crate::db::Writer::Table(self.table.clone()),
-            schema: self.schema.clone(),
-        };
-        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+        insert_plan(
+            crate::db::Writer::Table(self.table.clone()),
+            self.schema.clone(),
+            input,
+            insert_op,
+        )
     }
 
     async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> DfResult<Arc<dyn ExecutionPlan>> {

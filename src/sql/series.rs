@@ -13,9 +13,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{Result as DfResult, ScalarValue, not_impl_err};
+use datafusion::common::{Result as DfResult, ScalarValue};
 use datafusion::datasource::TableType;
-use datafusion::datasource::sink::DataSinkExec;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
@@ -26,7 +25,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
-use super::insert::CellarSink;
+use super::insert::insert_plan;
 use super::provider::CellarTable;
 use crate::db::series::{Month, month_bounds, parse_month_table};
 use crate::db::{Database, Series, Writer};
@@ -266,16 +265,12 @@ impl TableProvider for SeriesTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if insert_op == InsertOp::Overwrite {
-            return not_impl_err!(
-                "INSERT OVERWRITE is not supported for Cellar series; INSERT routes each row to its month"
-            );
-        }
-        let sink = CellarSink {
-            target: Writer::Series(self.series.clone()),
-            schema: self.schema.clone(),
-        };
-        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+        insert_plan(
+            Writer::Series(self.series.clone()),
+            self.schema.clone(),
+            input,
+            insert_op,
+        )
     }
 }
 

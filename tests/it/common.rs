@@ -51,3 +51,26 @@ pub async fn fixture(options: TableOptions) -> (tempfile::TempDir, Arc<ManualClo
     let t = card_order_table(&db, options).await;
     (dir, clock, db, t)
 }
+
+/// Runs the `cellar` binary on `data` with `input` on stdin; returns the
+/// exit code, stdout and stderr.
+pub fn run_cli(data: &std::path::Path, args: &[&str], input: &str) -> (i32, String, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellar"))
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    )
+}

@@ -271,22 +271,7 @@ async fn a_filter_passing_one_percent_pages_without_reading_everything_at_once()
 async fn the_cli_reads_with_filters_and_column_ranges() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("db");
-    let run = |args: &[&str], input: &str| {
-        use std::io::Write as _;
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_cellar"));
-        c.arg("--data").arg(&data).args(args);
-        c.stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        let o = child.wait_with_output().unwrap();
-        (
-            o.status.code().unwrap(),
-            String::from_utf8(o.stdout).unwrap(),
-            String::from_utf8(o.stderr).unwrap(),
-        )
-    };
+    let run = |args: &[&str], input: &str| crate::common::run_cli(&data, args, input);
     assert_eq!(run(&["create", "t", "--pk", "k:integer"], "").0, 0);
     let ops: String = (0..10)
         .map(|k| {
@@ -313,9 +298,7 @@ async fn the_cli_reads_with_filters_and_column_ranges() {
         &["get", "t", r#"{"k":4}"#, "--start-column", "b", "--end-column", "d"],
         "",
     );
-    let row: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let names: Vec<&String> = row["columns"].as_object().unwrap().keys().collect();
-    assert_eq!(names, ["b", "c"]);
+    assert_eq!(column_names(&out), ["b", "c"]);
     let (_, out, _) = run(
         &[
             "get",
@@ -326,9 +309,7 @@ async fn the_cli_reads_with_filters_and_column_ranges() {
         ],
         "",
     );
-    let row: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let names: Vec<&String> = row["columns"].as_object().unwrap().keys().collect();
-    assert_eq!(names, ["b", "c"]);
+    assert_eq!(column_names(&out), ["b", "c"]);
     let (_, out, _) = run(
         &[
             "get",
@@ -354,4 +335,10 @@ async fn the_cli_reads_with_filters_and_column_ranges() {
     );
     assert_eq!(code, 2);
     assert!(err.contains("two or more"), "{err}");
+}
+
+/// The column names of the row `cellar get` printed.
+fn column_names(out: &str) -> Vec<String> {
+    let row: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    row["columns"].as_object().unwrap().keys().cloned().collect()
 }

@@ -11,6 +11,32 @@ pub const KEY: &str = "cellar-test-key";
 /// Its secret.
 pub const SECRET: &str = "cellar-test-secret";
 
+/// A client of bucket `bucket` of the server at `endpoint`, with the
+/// server's credentials (for plain copies next to Cellar's).
+pub fn client(endpoint: &str, bucket: &str) -> object_store::aws::AmazonS3 {
+    object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_endpoint(endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id(KEY)
+        .with_secret_access_key(SECRET)
+        .build()
+        .unwrap()
+}
+
+/// Sets `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` to the server's, for
+/// code that reads credentials from the environment.
+///
+/// # Safety
+/// Only before any other thread is started (it changes the environment).
+pub unsafe fn export_credentials() {
+    unsafe {
+        std::env::set_var("AWS_ACCESS_KEY_ID", KEY);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
+    }
+}
+
 /// Starts the server over `root`; returns its endpoint (`http://...`). It
 /// runs until the calling runtime ends.
 pub async fn start(root: &std::path::Path) -> String {

@@ -358,27 +358,7 @@ async fn maintain_archives_and_drops_months_by_age_and_goes_on_past_a_failure() 
 async fn the_cli_creates_writes_lists_and_maintains_series() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("db");
-    let cellar = |args: &[&str], input: Option<&str>| {
-        use std::io::Write as _;
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_cellar"));
-        c.arg("--data").arg(&data).args(args);
-        c.stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.unwrap_or("").as_bytes())
-            .unwrap();
-        let o = child.wait_with_output().unwrap();
-        (
-            o.status.code().unwrap(),
-            String::from_utf8(o.stdout).unwrap(),
-            String::from_utf8(o.stderr).unwrap(),
-        )
-    };
+    let cellar = |args: &[&str], input: Option<&str>| crate::common::run_cli(&data, args, input.unwrap_or(""));
     let arch = dir.path().join("arch");
     let (code, _, err) = cellar(
         &[
