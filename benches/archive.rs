@@ -153,12 +153,12 @@ fn main() {
                 .with("order_no", format!("o{i:010}"))
         };
         for k in 0..20 {
-            month.get_row(GetRow::new(key(k))).await.unwrap().unwrap();
+            month.get_row(GetRow::new(key(k))).await.unwrap().row.unwrap();
         }
         let mut lat = Vec::new();
         for k in 0..500u64 {
             let start = Instant::now();
-            month.get_row(GetRow::new(key(k * 13 + 1))).await.unwrap().unwrap();
+            month.get_row(GetRow::new(key(k * 13 + 1))).await.unwrap().row.unwrap();
             lat.push(start.elapsed());
         }
         lat.sort();

@@ -186,7 +186,7 @@ async fn child(rows: u64, compaction: bool) {
             for k in 0..2000u64 {
                 let i = (k * 7_919_993 + 17) % rows;
                 let t0 = Instant::now();
-                let r = t.get_row(GetRow::new(key(i))).await.unwrap();
+                let r = t.get_row(GetRow::new(key(i))).await.unwrap().row;
                 gets.push(t0.elapsed());
                 assert!(r.is_some());
                 let t0 = Instant::now();

@@ -57,7 +57,10 @@ fn main() {
                 .with("order_no", format!("o{:010}", i))
         };
         for _ in 0..2000 {
-            t.get_row(GetRow::new(key(rng.random_range(0..rows)))).await.unwrap();
+            t.get_row(GetRow::new(key(rng.random_range(0..rows))))
+                .await
+                .unwrap()
+                .row;
         }
         // CELLAR_BENCH_GETS: gets of existing keys (default 20,000; more to
         // attach a profiler).
@@ -77,7 +80,7 @@ fn main() {
                     key(i)
                 };
                 let s = Instant::now();
-                let r = t.get_row(GetRow::new(k)).await.unwrap();
+                let r = t.get_row(GetRow::new(k)).await.unwrap().row;
                 lat.push(s.elapsed().as_secs_f64() * 1e6);
                 assert_eq!(r.is_some(), !missing);
             }

@@ -44,15 +44,17 @@ mod options;
 pub use archive::{TransferProgress, TransferReport};
 pub use check::{CheckReport, FileCheck, FileState, check};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use db::queued::QueuedWrites;
 pub use db::table::{Table, TableStats};
 pub use db::{
     ArchiveOnDrop, Database, MaintenanceAction, MaintenanceStep, Series, SeriesOptions, TableDescription, TableListing,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{
-    ColumnValue, DeleteRow, Direction, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, PutRow, RangeResult,
-    RowWrite, UpdateAction, UpdateRow,
+    ColumnValue, Condition, DeleteRow, Direction, GetRange, GetRow, GetRowResult, MAX_RANGE_BYTES, MAX_RANGE_ROWS,
+    PutRow, RangeResult, ReturnType, RowExistence, RowWrite, UpdateAction, UpdateRow, WriteResult,
 };
+pub use model::capacity::{CU_BYTES, CapacityUnit};
 pub use model::filter::{ColumnCondition, CompareOp, Filter};
 pub use model::row::ReadOptions;
 pub use model::schema::{
@@ -63,7 +65,6 @@ pub use model::types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey,
 pub use options::DbOptions;
 pub use remote::RemoteLocation;
 pub use wal::{Durability, OsWalOpener, WalFile, WalOpener};
-pub use write::committer::QueuedWrites;
 
 // Storage components (crate-private).
 mod archive;

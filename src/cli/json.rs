@@ -4,7 +4,8 @@
 //! is DOUBLE; a string is STRING; true/false is BOOLEAN;
 //! `{"binary":"<base64>"}` is BINARY; `{"value":V,"version":MS}` gives an
 //! explicit version. In range bounds `{"inf":"min"}` / `{"inf":"max"}`
-//! stand for INF_MIN / INF_MAX.
+//! stand for INF_MIN / INF_MAX; `{"auto_increment":true}` is the placeholder
+//! of an auto-increment key column in a put or update.
 //!
 //! Invariants: these forms are a public interface (scripts parse them); a
 //! value prints so that it reads back as the same value, a DOUBLE bit for
@@ -14,7 +15,10 @@ use base64::Engine;
 use serde_json::{Map, Value as Json};
 
 use crate::error::{Error, Result};
-use crate::model::api::{ColumnValue, DeleteRow, PutRow, RowWrite, UpdateAction, UpdateRow};
+use crate::model::api::{
+    ColumnValue, Condition, DeleteRow, PutRow, ReturnType, RowExistence, RowWrite, UpdateAction, UpdateRow, WriteResult,
+};
+use crate::model::capacity::CapacityUnit;
 use crate::model::schema::TableSchema;
 use crate::model::types::{PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value};
 
@@ -104,13 +108,17 @@ fn parse_pk_value(j: &Json, ty: PkType, col: &str) -> Result<PkValue> {
     let v = match j {
         Json::Number(n) => n.as_i64().map(PkValue::Integer),
         Json::String(s) => Some(PkValue::String(s.clone())),
+        Json::Object(o) if o.get("auto_increment") == Some(&Json::Bool(true)) && o.len() == 1 => {
+            Some(PkValue::AutoIncrement)
+        }
         Json::Object(o) => parse_binary(o, &what)?.map(PkValue::Binary),
         _ => None,
     };
     match v {
         Some(v) if v.pk_type() == ty => Ok(v),
         _ => Err(Error::invalid_pk(format!(
-            "{what} is {ty}; got {} (write an integer, a string, or {{\"binary\":\"<base64>\"}})",
+            "{what} is {ty}; got {} (write an integer, a string, {{\"binary\":\"<base64>\"}}, \
+             or {{\"auto_increment\":true}} for an auto-increment column)",
             describe(j)
         ))),
     }
@@ -193,9 +201,18 @@ pub fn parse_op(schema: &TableSchema, line: &str) -> Result<RowWrite> {
         .and_then(|o| o.as_str())
         .ok_or_else(|| Error::param("an operation needs \"op\": \"put\", \"update\" or \"delete\""))?;
     let allowed: &[&str] = match op {
-        "put" => &["op", "pk", "columns", "condition"],
-        "update" => &["op", "pk", "put", "delete", "delete_all", "condition"],
-        "delete" => &["op", "pk", "condition"],
+        "put" => &["op", "pk", "columns", "condition", "return"],
+        "update" => &[
+            "op",
+            "pk",
+            "put",
+            "delete",
+            "delete_all",
+            "increment",
+            "condition",
+            "return",
+        ],
+        "delete" => &["op", "pk", "condition", "return"],
         other => {
             return Err(Error::param(format!(
                 "unknown op '{other}': use \"put\", \"update\" or \"delete\""
@@ -213,9 +230,25 @@ pub fn parse_op(schema: &TableSchema, line: &str) -> Result<RowWrite> {
         obj.get("pk")
             .ok_or_else(|| Error::param(format!("a {op} operation needs \"pk\"")))?,
     )?;
+    let condition = match obj.get("condition") {
+        Some(c) => parse_condition(c)?,
+        None => Condition::default(),
+    };
+    let return_type = match obj.get("return") {
+        None => ReturnType::None,
+        Some(Json::String(s)) if s == "none" => ReturnType::None,
+        Some(Json::String(s)) if s == "pk" => ReturnType::PrimaryKey,
+        Some(Json::String(s)) if s == "after_modify" => ReturnType::AfterModify,
+        Some(other) => {
+            return Err(Error::param(format!(
+                "\"return\" must be \"none\", \"pk\" or \"after_modify\", got {}",
+                describe(other)
+            )));
+        }
+    };
     Ok(match op {
         "put" => {
-            let mut p = PutRow::new(pk);
+            let mut p = PutRow::new(pk).condition(condition).returning(return_type);
             if let Some(cols) = obj.get("columns") {
                 for (name, v) in as_object(cols, "\"columns\"")? {
                     let (value, version) = parse_versioned(v, &format!("column '{name}'"))?;
@@ -229,7 +262,7 @@ pub fn parse_op(schema: &TableSchema, line: &str) -> Result<RowWrite> {
             RowWrite::Put(p)
         }
         "update" => {
-            let mut u = UpdateRow::new(pk);
+            let mut u = UpdateRow::new(pk).condition(condition).returning(return_type);
             if let Some(cols) = obj.get("put") {
                 for (name, v) in as_object(cols, "\"put\"")? {
                     let (value, version) = parse_versioned(v, &format!("column '{name}'"))?;
@@ -276,10 +309,85 @@ pub fn parse_op(schema: &TableSchema, line: &str) -> Result<RowWrite> {
                     u.actions.push(UpdateAction::DeleteAll { name: name.to_string() });
                 }
             }
+            if let Some(cols) = obj.get("increment") {
+                for (name, v) in as_object(cols, "\"increment\"")? {
+                    let delta = v.as_i64().ok_or_else(|| {
+                        Error::param(format!(
+                            "\"increment\" of column '{name}' must be an integer (i64), got {}",
+                            describe(v)
+                        ))
+                    })?;
+                    u.actions.push(UpdateAction::Increment {
+                        name: name.clone(),
+                        delta,
+                    });
+                }
+            }
             RowWrite::Update(u)
         }
-        _ => RowWrite::Delete(DeleteRow::new(pk)),
+        _ => RowWrite::Delete(DeleteRow::new(pk).condition(condition).returning(return_type)),
     })
+}
+
+/// A write condition: `"ignore"`, `"expect_exist"`, `"expect_not_exist"`,
+/// or `{"row": one of those, "column": FILTER}` (each key optional).
+pub fn parse_condition(j: &Json) -> Result<Condition> {
+    let row = |j: &Json| -> Result<RowExistence> {
+        match j.as_str() {
+            Some("ignore") => Ok(RowExistence::Ignore),
+            Some("expect_exist") => Ok(RowExistence::ExpectExist),
+            Some("expect_not_exist") => Ok(RowExistence::ExpectNotExist),
+            _ => Err(Error::param(format!(
+                "a row condition must be \"ignore\", \"expect_exist\" or \"expect_not_exist\", got {}",
+                describe(j)
+            ))),
+        }
+    };
+    match j {
+        Json::String(_) => Ok(Condition {
+            row: row(j)?,
+            column: None,
+        }),
+        Json::Object(o) => {
+            if let Some(k) = o.keys().find(|k| *k != "row" && *k != "column") {
+                return Err(Error::param(format!(
+                    "unknown key '{k}' in \"condition\"; accepted: row, column"
+                )));
+            }
+            Ok(Condition {
+                row: o.get("row").map(row).transpose()?.unwrap_or_default(),
+                column: o.get("column").map(parse_filter).transpose()?,
+            })
+        }
+        other => Err(Error::param(format!(
+            "\"condition\" must be \"ignore\", \"expect_exist\", \"expect_not_exist\" or \
+             {{\"row\":...,\"column\":FILTER}}, got {}",
+            describe(other)
+        ))),
+    }
+}
+
+/// Capacity units as printed: `{"read":R,"write":W}`.
+pub fn cu_json(cu: &CapacityUnit) -> Json {
+    serde_json::json!({"read": cu.read, "write": cu.write})
+}
+
+/// The result line of a committed write: `{"line":N,"ok":true,"cu":{...}}`
+/// plus `"pk"` (asked for, or an auto-increment key) and `"columns"`
+/// (`"return":"after_modify"`).
+pub fn write_result_json(line: usize, w: &WriteResult) -> Json {
+    let mut m = Map::new();
+    m.insert("line".into(), Json::from(line));
+    m.insert("ok".into(), Json::Bool(true));
+    m.insert("cu".into(), cu_json(&w.consumed));
+    if let Some(row) = &w.row {
+        let Json::Object(r) = row_json(row) else { unreachable!() };
+        m.insert("pk".into(), r["pk"].clone());
+        if !row.columns.is_empty() {
+            m.insert("columns".into(), r["columns"].clone());
+        }
+    }
+    Json::Object(m)
 }
 
 /// A value as the CLI prints it: a JSON number, string or boolean, `{"binary":"<base64>"}` for BINARY; a DOUBLE always with a fraction or exponent.
@@ -310,6 +418,7 @@ pub fn pk_json(pk: &PrimaryKey) -> Json {
                 PkValue::Integer(i) => Json::from(*i),
                 PkValue::String(s) => Json::String(s.clone()),
                 PkValue::Binary(b) => binary_json(b),
+                PkValue::AutoIncrement => serde_json::json!({"auto_increment": true}),
             },
         );
     }

@@ -101,6 +101,9 @@ pub struct ReadArgs {
     /// Column to stop before (exclusive)
     #[arg(long)]
     end_column: Option<String>,
+    /// Print the capacity units consumed on stderr: {"cu":{"read":R,"write":W}}
+    #[arg(long)]
+    cu: bool,
 }
 
 impl ReadArgs {
@@ -484,9 +487,12 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         Command::Get { table, pk, read } => {
             let t = db.table(&table)?;
             let pk = json::parse_pk(t.schema(), &parse_json(&pk, "the primary key")?)?;
-            let row = t.get_row(GetRow::new(pk).options(read.options()?)).await?;
-            let j = row.as_ref().map(json::row_json).unwrap_or(Json::Null);
+            let got = t.get_row(GetRow::new(pk).options(read.options()?)).await?;
+            let j = got.row.as_ref().map(json::row_json).unwrap_or(Json::Null);
             writeln!(out, "{j}").map_err(io)?;
+            if read.cu {
+                eprintln!("{}", json!({"cu": json::cu_json(&got.consumed)}));
+            }
         }
         Command::Scan {
             table,
@@ -511,9 +517,11 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 return Err(Error::param("--limit must be at least 1"));
             }
             let mut left = limit.unwrap_or(usize::MAX);
+            let mut consumed = crate::CapacityUnit::default();
             loop {
                 req.limit = Some(left.min(crate::model::api::MAX_RANGE_ROWS));
                 let page = t.get_range(req.clone()).await?;
+                consumed += page.consumed;
                 for row in &page.rows {
                     writeln!(out, "{}", json::row_json(row)).map_err(io)?;
                 }
@@ -522,6 +530,11 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     Some(next) if left > 0 => req.start = Some(next.into()),
                     _ => break,
                 }
+            }
+            if read.cu {
+                // Each response is charged on its own (rounded up per response).
+                out.flush().map_err(io)?;
+                eprintln!("{}", json!({"cu": json::cu_json(&consumed)}));
             }
         }
         Command::Compact { table } => db.table(&table)?.compact().await?,
@@ -630,7 +643,7 @@ async fn write_ops(table: &crate::db::Writer, file: Option<PathBuf>) -> Result<i
                         Err(_) => break,
                     }
                 }
-                let mut results: Vec<Option<Result<()>>> = Vec::with_capacity(lines.len());
+                let mut results: Vec<Option<Result<crate::WriteResult>>> = Vec::with_capacity(lines.len());
                 let mut ops: Vec<RowWrite> = Vec::new();
                 let first_line = line_no + 1;
                 for l in lines {
@@ -666,7 +679,7 @@ async fn write_ops(table: &crate::db::Writer, file: Option<PathBuf>) -> Result<i
                 for (i, r) in results.into_iter().enumerate() {
                     let r = r.or_else(|| committed.next().flatten()).unwrap_or_else(|| Err(Error::closed()));
                     let j = match r {
-                        Ok(()) => json!({"line": first_line + i, "ok": true}),
+                        Ok(w) => json::write_result_json(first_line + i, &w),
                         Err(e) => {
                             all_ok = false;
                             json!({"line": first_line + i, "ok": false, "error": {"kind": e.kind().as_str(), "message": e.message()}})

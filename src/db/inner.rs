@@ -14,15 +14,18 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::background::Shared;
 use super::catalog::CatalogFile;
+use super::queued::{Accepted, QueuedWrites};
 use crate::compaction;
 use crate::error::{Error, ErrorKind, Result};
 use crate::flush;
 use crate::manifest::ManifestLog;
-use crate::model::api::RowWrite;
-use crate::state::TableInner;
-use crate::write::committer::QueuedWrites;
-use crate::write::committer::{CommitMsg, PendingWrite};
-use crate::write::validate;
+use crate::model::api::{ReturnType, RowWrite, WriteResult};
+use crate::model::capacity::{self, CapacityUnit};
+use crate::model::row::Mutation;
+use crate::model::types::Row;
+use crate::state::{Snapshot, TableInner};
+use crate::write::committer::{CommitAck, CommitMsg, PendingWrite};
+use crate::write::{condition, validate};
 
 /// The handle behind every clone of [`Database`]; dropping the last one
 /// stops the committer (which syncs the WAL) and releases the lock.
@@ -77,9 +80,9 @@ impl DbInner {
     /// Validates each write, commits the valid ones as one group, and
     /// returns a result per write in order.
     pub(crate) async fn write_many<T: AsRef<str>>(
-        &self,
+        self: &Arc<Self>,
         writes: impl IntoIterator<Item = (T, RowWrite)>,
-    ) -> Result<Vec<Result<()>>> {
+    ) -> Result<Vec<Result<WriteResult>>> {
         self.enqueue_many(writes).await?.durable().await
     }
 
@@ -87,28 +90,29 @@ impl DbInner {
     /// one group. Returns once the group is queued: groups queued one after
     /// another by one caller get ascending sequence numbers, so a caller
     /// that pipelines (queues the next group before the previous one is
-    /// durable) keeps its writes in order.
+    /// durable) keeps its writes in order. (A checked write that conflicts
+    /// is queued again when its group is awaited, so it commits later.)
+    ///
+    /// A write with a condition or an increment reads its row first, on a
+    /// snapshot taken once per table for the whole call, and carries that
+    /// snapshot's sequence to the committer (see `write::committer`).
     pub(crate) async fn enqueue_many<T: AsRef<str>>(
-        &self,
+        self: &Arc<Self>,
         writes: impl IntoIterator<Item = (T, RowWrite)>,
     ) -> Result<QueuedWrites> {
         let now = self.now_ms();
         let mut results = Vec::new();
         let mut pending = Vec::new();
+        let mut snapshots: Vec<(u64, Snapshot)> = Vec::new();
         for (table, w) in writes {
-            let r = self.table_inner(table.as_ref()).and_then(|t| {
-                if t.read_only.load(Ordering::Acquire) {
-                    return Err(t.read_only_error());
-                }
-                let opts = *t.options.read();
-                let (key, mutation) = validate::to_mutation(&t.schema, &opts, now, w)?;
-                pending.push(PendingWrite {
-                    table: t,
-                    key,
-                    mutation,
+            let r = self
+                .prepare(table.as_ref(), w, now, &mut snapshots)
+                .await
+                .map(|(p, mut a)| {
+                    a.slot = pending.len();
+                    pending.push(p);
+                    a
                 });
-                Ok(())
-            });
             results.push(r);
         }
         let mut ack = None;
@@ -121,12 +125,92 @@ impl DbInner {
                     .for_each(|r| *r = Err(e.clone())),
             }
         }
-        Ok(QueuedWrites::new(results, ack))
+        Ok(QueuedWrites::new(self.clone(), results, ack))
+    }
+
+    /// Checks one write (its condition against the row, when it has one)
+    /// and turns it into what the committer logs.
+    async fn prepare(
+        &self,
+        table: &str,
+        w: RowWrite,
+        now: i64,
+        snapshots: &mut Vec<(u64, Snapshot)>,
+    ) -> Result<(PendingWrite, Accepted)> {
+        let t = self.table_inner(table)?;
+        if t.read_only.load(Ordering::Acquire) {
+            return Err(t.read_only_error());
+        }
+        let mut consumed = CapacityUnit::write(capacity::write_bytes(&w));
+        let return_type = w.return_type();
+        let auto_increment = t.schema.auto_increment_column();
+        let pk = (return_type != ReturnType::None || auto_increment.is_some()).then(|| w.primary_key().clone());
+        let (v, checked_at, retry) = if w.reads_row() {
+            let (key, _) = validate::precheck(&t.schema, &w)?;
+            if !snapshots.iter().any(|(id, _)| *id == t.id) {
+                snapshots.push((t.id, t.snapshot(&self.shared.visible_seq)));
+            }
+            let snap = &snapshots.iter().find(|(id, _)| *id == t.id).expect("just added").1;
+            let state = snap.get_state(&key, None).await?;
+            consumed.read = 1;
+            let retry = Some((table.to_string(), w.clone()));
+            let checked = condition::check(&t.schema, &snap.options, now, &w, state.as_ref())
+                .and_then(|_| validate::to_mutation(&t.schema, &snap.options, now, w, state.as_ref()));
+            match checked {
+                Ok(v) => (v, Some(snap.seq), retry),
+                Err(e) => {
+                    // The failure stands only if the row did not change
+                    // after the snapshot: the committer says (a probe).
+                    let probe = PendingWrite {
+                        table: t,
+                        key,
+                        mutation: Mutation::Delete,
+                        checked_at: Some(snap.seq),
+                        auto_increment: None,
+                        probe: true,
+                    };
+                    let failed = Accepted {
+                        result: WriteResult::default(),
+                        slot: 0,
+                        auto_increment: None,
+                        retry,
+                        failed: Some(e),
+                    };
+                    return Ok((probe, failed));
+                }
+            }
+        } else {
+            let opts = *t.options.read();
+            (validate::to_mutation(&t.schema, &opts, now, w, None)?, None, None)
+        };
+        let row = pk.map(|primary_key| Row {
+            primary_key,
+            columns: match return_type {
+                ReturnType::AfterModify => v.mutation.written_cells(),
+                _ => Vec::new(),
+            },
+        });
+        let accepted = Accepted {
+            result: WriteResult { consumed, row },
+            slot: 0,
+            auto_increment: v.auto_increment.and(auto_increment),
+            retry,
+            failed: None,
+        };
+        let pending = PendingWrite {
+            table: t,
+            key: v.key,
+            mutation: v.mutation,
+            checked_at,
+            auto_increment: v.auto_increment,
+            probe: false,
+        };
+        Ok((pending, accepted))
     }
 
     /// Queues one group with the committer; the receiver resolves once the
     /// group is durable (its first sequence number) or has failed.
-    async fn enqueue(&self, writes: Vec<PendingWrite>) -> Result<oneshot::Receiver<Result<u64>>> {
+    async fn enqueue(&self, writes: Vec<PendingWrite>) -> Result<oneshot::Receiver<Result<CommitAck>>> {
         let (done, rx) = oneshot::channel();
         self.commit_tx
             .send(CommitMsg::Write { writes, done })

@@ -27,6 +27,7 @@ mod catalog;
 mod inner;
 mod maintain;
 pub(crate) mod open;
+pub(crate) mod queued;
 pub(crate) mod series;
 pub(crate) mod table;
 mod writer;
@@ -44,11 +45,10 @@ use self::table::Table;
 pub(crate) use self::writer::Writer;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::TableManifest;
-use crate::model::api::{GetRow, RowWrite};
+use crate::model::api::{GetRow, GetRowResult, RowWrite, WriteResult};
 use crate::model::schema::{
     ColumnDef, MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, OptionsUpdate, TableOptions, TableSchema,
 };
-use crate::model::types::Row;
 use crate::state::TableInner;
 
 /// A table's definition as `describe` reports it.
@@ -107,7 +107,7 @@ impl TableListing {
 /// let orders = db.table("orders").unwrap();
 /// let pk = PrimaryKey::new().with("card", 1).with("order_no", "a-1");
 /// orders.put_row(PutRow::new(pk.clone()).column("amount", 12.5)).await.unwrap();
-/// let row = orders.get_row(GetRow::new(pk)).await.unwrap().unwrap();
+/// let row = orders.get_row(GetRow::new(pk)).await.unwrap().row.unwrap();
 /// assert_eq!(row.latest("amount"), Some(&cellar::Value::Double(12.5)));
 /// # });
 /// ```
@@ -314,7 +314,7 @@ impl Database {
     /// BatchWriteRow: up to 200 row writes across tables (and series: each
     /// write goes to its month), committed together when valid. Each row
     /// gets its own result.
-    pub async fn batch_write(&self, writes: Vec<(String, RowWrite)>) -> Result<Vec<Result<()>>> {
+    pub async fn batch_write(&self, writes: Vec<(String, RowWrite)>) -> Result<Vec<Result<WriteResult>>> {
         if writes.len() > MAX_BATCH_WRITE_ROWS {
             return Err(Error::param(format!(
                 "BatchWriteRow got {} rows; at most {MAX_BATCH_WRITE_ROWS} are accepted",
@@ -325,7 +325,7 @@ impl Database {
     }
 
     /// BatchGetRow: up to 100 rows across tables, each with its own result.
-    pub async fn batch_get(&self, gets: Vec<(String, GetRow)>) -> Result<Vec<Result<Option<Row>>>> {
+    pub async fn batch_get(&self, gets: Vec<(String, GetRow)>) -> Result<Vec<Result<GetRowResult>>> {
         if gets.len() > MAX_BATCH_GET_ROWS {
             return Err(Error::param(format!(
                 "BatchGetRow got {} rows; at most {MAX_BATCH_GET_ROWS} are accepted",

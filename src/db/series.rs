@@ -19,12 +19,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::Database;
+use super::queued::QueuedWrites;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::api::RowWrite;
+use crate::model::api::{RowWrite, WriteResult};
 use crate::model::schema::{TableOptions, TableSchema};
 use crate::model::types::{PkType, PkValue, Value, ValueType};
 use crate::remote::RemoteLocation;
-use crate::write::committer::QueuedWrites;
 
 /// How a series splits and ages its months.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,14 +256,14 @@ impl Series {
     }
 
     /// One write, routed to its month; returns once durable.
-    pub async fn write(&self, w: RowWrite) -> Result<()> {
+    pub async fn write(&self, w: RowWrite) -> Result<WriteResult> {
         let mut r = self.write_batch(vec![w]).await?;
         r.pop().unwrap_or_else(|| Err(Error::closed()))
     }
 
     /// Several writes, each routed to its month, committed together; one
     /// result per write.
-    pub async fn write_batch(&self, writes: Vec<RowWrite>) -> Result<Vec<Result<()>>> {
+    pub async fn write_batch(&self, writes: Vec<RowWrite>) -> Result<Vec<Result<WriteResult>>> {
         self.enqueue_batch(writes).await?.durable().await
     }
 

@@ -6,16 +6,17 @@
 
 use std::sync::Arc;
 
+use super::queued::QueuedWrites;
 use crate::model::api::{
-    DeleteRow, GetRange, GetRow, MAX_RANGE_BYTES, MAX_RANGE_ROWS, MAX_RANGE_SCANNED_ROWS, PutRow, RangeResult,
-    RowWrite, UpdateRow,
+    DeleteRow, GetRange, GetRow, GetRowResult, MAX_RANGE_BYTES, MAX_RANGE_ROWS, MAX_RANGE_SCANNED_ROWS, PutRow,
+    RangeResult, RowWrite, UpdateRow, WriteResult,
 };
-use crate::write::committer::QueuedWrites;
 
 use super::inner::DbInner;
 use crate::compaction;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::row::{ReadOptions, visible_cells};
+use crate::model::capacity::{self, CapacityUnit};
+use crate::model::row::{ReadOptions, visible_cells_counted};
 use crate::model::schema::{MAX_COLUMNS_TO_GET, TableOptions, TableSchema};
 use crate::model::types::Row;
 use crate::read::MergeScan;
@@ -152,8 +153,9 @@ impl Table {
         Ok(())
     }
 
-    /// Any single-row write; returns once it is durable.
-    pub async fn write(&self, w: RowWrite) -> Result<()> {
+    /// Any single-row write; returns once it is durable, with the capacity
+    /// units it consumed and what its [`ReturnType`](crate::ReturnType) asks.
+    pub async fn write(&self, w: RowWrite) -> Result<WriteResult> {
         self.check_live()?;
         let mut r = self.db.write_many([(self.name(), w)]).await?;
         r.pop().unwrap_or_else(|| Err(Error::closed()))
@@ -162,7 +164,7 @@ impl Table {
     /// Several writes to this table (at most 200, like BatchWriteRow)
     /// committed together (one WAL record); each gets its own result
     /// (invalid ones fail alone).
-    pub async fn write_batch(&self, writes: Vec<RowWrite>) -> Result<Vec<Result<()>>> {
+    pub async fn write_batch(&self, writes: Vec<RowWrite>) -> Result<Vec<Result<WriteResult>>> {
         self.check_live()?;
         crate::model::schema::check_batch_len(writes.len())?;
         self.db.write_many(writes.into_iter().map(|w| (self.name(), w))).await
@@ -182,22 +184,23 @@ impl Table {
     }
 
     /// PutRow: writes a row, replacing every earlier column and version of it; returns once durable.
-    pub async fn put_row(&self, p: PutRow) -> Result<()> {
+    pub async fn put_row(&self, p: PutRow) -> Result<WriteResult> {
         self.write(RowWrite::Put(p)).await
     }
 
     /// UpdateRow: changes some columns of a row, creating it if needed; returns once durable.
-    pub async fn update_row(&self, u: UpdateRow) -> Result<()> {
+    pub async fn update_row(&self, u: UpdateRow) -> Result<WriteResult> {
         self.write(RowWrite::Update(u)).await
     }
 
     /// DeleteRow: removes a row; returns once durable.
-    pub async fn delete_row(&self, d: DeleteRow) -> Result<()> {
+    pub async fn delete_row(&self, d: DeleteRow) -> Result<WriteResult> {
         self.write(RowWrite::Delete(d)).await
     }
 
-    /// GetRow: the row, or `None` when it does not exist.
-    pub async fn get_row(&self, get: GetRow) -> Result<Option<Row>> {
+    /// GetRow: the row (`None` when it does not exist) and the capacity
+    /// units read.
+    pub async fn get_row(&self, get: GetRow) -> Result<GetRowResult> {
         self.check_live()?;
         check_read_options(&get.options)?;
         let key = self.inner.schema.encode_pk(&get.primary_key)?;
@@ -205,14 +208,23 @@ impl Table {
         let now = self.db.now_ms();
         let cols = fetched_columns(&get.options);
         let Some(state) = snap.get_state(&key, cols.as_deref()).await? else {
-            return Ok(None);
+            return Ok(GetRowResult {
+                row: None,
+                consumed: CapacityUnit::read(0),
+            });
         };
-        Ok(
-            visible_cells(&state, now, &snap.options, &get.options).map(|columns| Row {
+        let mut bytes = 0;
+        let row = visible_cells_counted(&state, now, &snap.options, &get.options, &mut bytes);
+        if bytes > 0 || row.is_some() {
+            bytes += capacity::pk_bytes(&get.primary_key);
+        }
+        Ok(GetRowResult {
+            row: row.map(|columns| Row {
                 primary_key: get.primary_key,
                 columns,
             }),
-        )
+            consumed: CapacityUnit::read(bytes),
+        })
     }
 
     /// GetRange: one response of at most `limit`, 5000 rows or 4 MiB, with
@@ -236,6 +248,7 @@ impl Table {
         let mut out = RangeResult::default();
         let mut bytes = 0usize;
         let mut scanned = 0usize;
+        let mut read_bytes = 0usize;
         while let Some((key, state)) = scan.next().await? {
             // A filter that passes few rows ends a response after
             // MAX_RANGE_SCANNED_ROWS rows looked at, however few it holds.
@@ -244,16 +257,19 @@ impl Table {
                 break;
             }
             scanned += 1;
-            if let Some(columns) = visible_cells(&state, now, &snap.options, &req.options) {
-                let primary_key = self.inner.schema.decode_pk(&key)?;
-                bytes += key.len()
-                    + columns
-                        .iter()
-                        .map(|(n, c)| c.iter().map(|c| n.len() + c.value.data_len()).sum::<usize>())
-                        .sum::<usize>();
+            let before = read_bytes;
+            let row = visible_cells_counted(&state, now, &snap.options, &req.options, &mut read_bytes);
+            if row.is_none() && read_bytes == before {
+                continue;
+            }
+            let primary_key = self.inner.schema.decode_pk(&key)?;
+            read_bytes += capacity::pk_bytes(&primary_key);
+            if let Some(columns) = row {
+                bytes += key.len() + capacity::cells_bytes(&columns);
                 out.rows.push(Row { primary_key, columns });
             }
         }
+        out.consumed = CapacityUnit::read(read_bytes);
         Ok(out)
     }
 

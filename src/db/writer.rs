@@ -4,12 +4,12 @@
 //! Invariant: a series routes each row to its month before validation; a
 //! table takes them as they are.
 
+use super::queued::QueuedWrites;
 use super::series::Series;
 use super::table::Table;
 use crate::error::Result;
 use crate::model::api::RowWrite;
 use crate::model::schema::TableSchema;
-use crate::write::committer::QueuedWrites;
 
 /// Where rows are written: a table, or a series (each row to its month).
 #[derive(Clone, Debug)]

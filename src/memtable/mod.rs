@@ -435,6 +435,16 @@ fn bounds_ordered(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 }
 
 impl Memtable {
+    /// The sequence of the newest write of `key` here (0: none).
+    pub fn newest_seq(&self, key: &[u8]) -> u64 {
+        let map = self.map.read();
+        match map.keys.get(key) {
+            Some(Ops::Put(seq, _)) => *seq,
+            Some(Ops::Many(ops)) => ops.last().map_or(0, |(s, _)| *s),
+            None => 0,
+        }
+    }
+
     /// True when the newest write of `key` at or before `snapshot` here is
     /// a PutRow or DeleteRow, which hides every older source.
     pub fn hides_older(&self, key: &[u8], snapshot: u64) -> bool {

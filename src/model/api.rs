@@ -3,8 +3,103 @@
 //! Invariant: requests are plain data; every check happens when a table
 //! receives them (`write::validate`).
 
+use crate::model::capacity::CapacityUnit;
+use crate::model::filter::Filter;
 use crate::model::row::ReadOptions;
 use crate::model::types::{PkBound, PrimaryKey, Row, Value};
+
+/// What a write expects of its row's existence before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowExistence {
+    /// No expectation (the default).
+    #[default]
+    Ignore,
+    /// The row must exist.
+    ExpectExist,
+    /// The row must not exist.
+    ExpectNotExist,
+}
+
+impl RowExistence {
+    /// `ignore`, `expect_exist` or `expect_not_exist`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RowExistence::Ignore => "ignore",
+            RowExistence::ExpectExist => "expect_exist",
+            RowExistence::ExpectNotExist => "expect_not_exist",
+        }
+    }
+}
+
+/// The condition of a single-row write, checked against the row's current
+/// visible state (TTL and `max_versions` applied) atomically with the
+/// write: a failed condition changes nothing and fails the write with
+/// `ConditionCheckFail`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Condition {
+    /// What the row's existence must be.
+    pub row: RowExistence,
+    /// A column condition the current row must pass (a [`Filter`] without
+    /// a column page); a row that does not exist fails it.
+    pub column: Option<Filter>,
+}
+
+impl Condition {
+    /// No condition.
+    pub fn ignore() -> Self {
+        Self::default()
+    }
+
+    /// The row must exist.
+    pub fn expect_exist() -> Self {
+        Condition {
+            row: RowExistence::ExpectExist,
+            column: None,
+        }
+    }
+
+    /// The row must not exist (an insert).
+    pub fn expect_not_exist() -> Self {
+        Condition {
+            row: RowExistence::ExpectNotExist,
+            column: None,
+        }
+    }
+
+    /// Adds a column condition.
+    pub fn with_column(mut self, filter: Filter) -> Self {
+        self.column = Some(filter);
+        self
+    }
+
+    /// Whether the condition needs the row's current state.
+    pub fn is_ignore(&self) -> bool {
+        self.row == RowExistence::Ignore && self.column.is_none()
+    }
+}
+
+/// What a write returns besides its capacity units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReturnType {
+    /// Nothing (the default; an auto-increment key is returned anyway).
+    #[default]
+    None,
+    /// The row's primary key (to learn an auto-increment value).
+    PrimaryKey,
+    /// The primary key and the columns the write put or incremented, with
+    /// their values and versions after the write.
+    AfterModify,
+}
+
+/// What a committed single-row write returns.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WriteResult {
+    /// The capacity units the write consumed.
+    pub consumed: CapacityUnit,
+    /// The row as asked by the write's [`ReturnType`] (always with the
+    /// primary key when the table has an auto-increment key column).
+    pub row: Option<Row>,
+}
 
 /// One column of a PutRow: a value and an optional explicit version (ms).
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +119,10 @@ pub struct PutRow {
     pub primary_key: PrimaryKey,
     /// The row's columns; a PutRow without any writes a row marker.
     pub columns: Vec<ColumnValue>,
+    /// Checked against the row before the write.
+    pub condition: Condition,
+    /// What the write returns.
+    pub return_type: ReturnType,
 }
 
 impl PutRow {
@@ -32,7 +131,21 @@ impl PutRow {
         PutRow {
             primary_key,
             columns: Vec::new(),
+            condition: Condition::default(),
+            return_type: ReturnType::None,
         }
+    }
+
+    /// Sets the write's condition.
+    pub fn condition(mut self, condition: Condition) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// Sets what the write returns.
+    pub fn returning(mut self, r: ReturnType) -> Self {
+        self.return_type = r;
+        self
     }
 
     /// Adds a column versioned at the write time.
@@ -82,6 +195,28 @@ pub enum UpdateAction {
         /// The column's name.
         name: String,
     },
+    /// Adds `delta` to an INTEGER column (a missing column counts as 0),
+    /// writing the sum as a new version at the write time. The current
+    /// value must be an INTEGER and the sum must fit in an i64; no other
+    /// action of the same request may name the column.
+    Increment {
+        /// The column's name.
+        name: String,
+        /// What to add (may be negative).
+        delta: i64,
+    },
+}
+
+impl UpdateAction {
+    /// The column the action changes.
+    pub fn column(&self) -> &str {
+        match self {
+            UpdateAction::Put { name, .. }
+            | UpdateAction::DeleteVersion { name, .. }
+            | UpdateAction::DeleteAll { name }
+            | UpdateAction::Increment { name, .. } => name,
+        }
+    }
 }
 
 /// UpdateRow: changes some columns of a row, creating it if needed.
@@ -91,6 +226,10 @@ pub struct UpdateRow {
     pub primary_key: PrimaryKey,
     /// The column actions, applied in order.
     pub actions: Vec<UpdateAction>,
+    /// Checked against the row before the write.
+    pub condition: Condition,
+    /// What the write returns.
+    pub return_type: ReturnType,
 }
 
 impl UpdateRow {
@@ -99,7 +238,30 @@ impl UpdateRow {
         UpdateRow {
             primary_key,
             actions: Vec::new(),
+            condition: Condition::default(),
+            return_type: ReturnType::None,
         }
+    }
+
+    /// Sets the write's condition.
+    pub fn condition(mut self, condition: Condition) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// Sets what the write returns.
+    pub fn returning(mut self, r: ReturnType) -> Self {
+        self.return_type = r;
+        self
+    }
+
+    /// Adds `delta` to an INTEGER column (an atomic counter).
+    pub fn increment(mut self, name: impl Into<String>, delta: i64) -> Self {
+        self.actions.push(UpdateAction::Increment {
+            name: name.into(),
+            delta,
+        });
+        self
     }
 
     /// Adds a version of a column, versioned at the write time.
@@ -143,12 +305,32 @@ impl UpdateRow {
 pub struct DeleteRow {
     /// The row's full primary key.
     pub primary_key: PrimaryKey,
+    /// Checked against the row before the write.
+    pub condition: Condition,
+    /// What the write returns.
+    pub return_type: ReturnType,
 }
 
 impl DeleteRow {
     /// A DeleteRow of `primary_key`.
     pub fn new(primary_key: PrimaryKey) -> Self {
-        DeleteRow { primary_key }
+        DeleteRow {
+            primary_key,
+            condition: Condition::default(),
+            return_type: ReturnType::None,
+        }
+    }
+
+    /// Sets the write's condition.
+    pub fn condition(mut self, condition: Condition) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// Sets what the write returns.
+    pub fn returning(mut self, r: ReturnType) -> Self {
+        self.return_type = r;
+        self
     }
 }
 
@@ -170,6 +352,40 @@ impl RowWrite {
             RowWrite::Put(p) => &p.primary_key,
             RowWrite::Update(u) => &u.primary_key,
             RowWrite::Delete(d) => &d.primary_key,
+        }
+    }
+
+    /// The write's condition.
+    pub fn condition(&self) -> &Condition {
+        match self {
+            RowWrite::Put(p) => &p.condition,
+            RowWrite::Update(u) => &u.condition,
+            RowWrite::Delete(d) => &d.condition,
+        }
+    }
+
+    /// What the write returns.
+    pub fn return_type(&self) -> ReturnType {
+        match self {
+            RowWrite::Put(p) => p.return_type,
+            RowWrite::Update(u) => u.return_type,
+            RowWrite::Delete(d) => d.return_type,
+        }
+    }
+
+    /// Whether the write depends on the row's current state (a condition
+    /// or an increment): it is checked and committed atomically.
+    pub(crate) fn reads_row(&self) -> bool {
+        !self.condition().is_ignore()
+            || matches!(self, RowWrite::Update(u) if u.actions.iter().any(|a| matches!(a, UpdateAction::Increment { .. })))
+    }
+
+    /// The operation's name, for messages.
+    pub(crate) fn op_name(&self) -> &'static str {
+        match self {
+            RowWrite::Put(_) => "PutRow",
+            RowWrite::Update(_) => "UpdateRow",
+            RowWrite::Delete(_) => "DeleteRow",
         }
     }
 }
@@ -287,6 +503,18 @@ pub struct RangeResult {
     pub rows: Vec<Row>,
     /// Where to continue (pass as the next `start`), when rows may remain.
     pub next_start: Option<PrimaryKey>,
+    /// The capacity units the response consumed (the rows it looked at,
+    /// filtered out or not).
+    pub consumed: CapacityUnit,
+}
+
+/// The answer of GetRow.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GetRowResult {
+    /// The row, or `None` when it does not exist (or its filter rejected it).
+    pub row: Option<Row>,
+    /// The capacity units the read consumed (1 read CU for a missing row).
+    pub consumed: CapacityUnit,
 }
 
 /// Most rows in one GetRange response.

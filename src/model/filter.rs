@@ -33,6 +33,18 @@ pub enum CompareOp {
 }
 
 impl CompareOp {
+    /// The operator's symbol.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "=",
+            CompareOp::Ne => "!=",
+            CompareOp::Gt => ">",
+            CompareOp::Ge => ">=",
+            CompareOp::Lt => "<",
+            CompareOp::Le => "<=",
+        }
+    }
+
     /// The operator of `= != > >= < <=`.
     pub fn parse(s: &str) -> Result<CompareOp> {
         Ok(match s {
@@ -111,6 +123,46 @@ pub enum Filter {
         /// Columns returned at most.
         limit: usize,
     },
+}
+
+/// `amount > 10`, `(a = 1 AND NOT b < 2)`, `column page offset 0 limit 10`;
+/// non-default options are named after the condition.
+impl std::fmt::Display for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |f: &mut std::fmt::Formatter<'_>, fs: &[Filter], op: &str| -> std::fmt::Result {
+            f.write_str("(")?;
+            for (i, c) in fs.iter().enumerate() {
+                if i > 0 {
+                    write!(f, " {op} ")?;
+                }
+                write!(f, "{c}")?;
+            }
+            f.write_str(")")
+        };
+        match self {
+            Filter::Column(c) => {
+                write!(f, "{} {} ", c.column, c.op.symbol())?;
+                match &c.value {
+                    Value::Integer(x) => write!(f, "{x}")?,
+                    Value::Double(x) => write!(f, "{x:?}")?,
+                    Value::Boolean(x) => write!(f, "{x}")?,
+                    Value::String(s) => write!(f, "{s:?}")?,
+                    Value::Binary(b) => write!(f, "0x{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())?,
+                }
+                if !c.pass_if_missing {
+                    f.write_str(" [fail if missing]")?;
+                }
+                if !c.latest_version_only {
+                    f.write_str(" [any version]")?;
+                }
+                Ok(())
+            }
+            Filter::Not(c) => write!(f, "NOT {c}"),
+            Filter::And(fs) => list(f, fs, "AND"),
+            Filter::Or(fs) => list(f, fs, "OR"),
+            Filter::ColumnPage { offset, limit } => write!(f, "column page offset {offset} limit {limit}"),
+        }
+    }
 }
 
 fn compare(a: &Value, b: &Value) -> Option<Ordering> {

@@ -24,10 +24,17 @@ use crate::model::types::PkValue;
 /// Appends the encoding of one PK column value.
 pub(crate) fn encode_value(out: &mut Vec<u8>, v: &PkValue) {
     match v {
-        PkValue::Integer(i) => out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes()),
+        PkValue::Integer(i) => out.extend_from_slice(&encode_integer(*i)),
+        // 8 bytes the committer replaces with the assigned value.
+        PkValue::AutoIncrement => out.extend_from_slice(&[0; 8]),
         PkValue::String(s) => encode_bytes(out, s.as_bytes()),
         PkValue::Binary(b) => encode_bytes(out, b),
     }
+}
+
+/// The encoding of an INTEGER key value.
+pub(crate) fn encode_integer(i: i64) -> [u8; 8] {
+    ((i as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 fn encode_bytes(out: &mut Vec<u8>, b: &[u8]) {

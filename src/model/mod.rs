@@ -9,6 +9,7 @@
 //! `docs/model.md`.
 
 pub(crate) mod api;
+pub(crate) mod capacity;
 pub(crate) mod codec;
 pub(crate) mod filter;
 pub(crate) mod key;

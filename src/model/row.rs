@@ -42,6 +42,37 @@ pub(crate) enum Mutation {
 }
 
 impl Mutation {
+    /// The cells the write puts, by column name, newest version first
+    /// (what a write returns with `ReturnType::AfterModify`).
+    pub(crate) fn written_cells(&self) -> Vec<(String, Vec<Cell>)> {
+        let mut out: BTreeMap<String, Vec<Cell>> = BTreeMap::new();
+        let mut add = |name: &str, version: i64, value: &Value| {
+            let cells = out.entry(name.to_string()).or_default();
+            cells.retain(|c| c.version != version);
+            cells.push(Cell {
+                value: value.clone(),
+                version,
+            });
+        };
+        match self {
+            Mutation::Put { cells, .. } => cells.iter().for_each(|(n, v, x)| add(n, *v, x)),
+            Mutation::Update { actions } => {
+                for a in actions {
+                    if let Action::Put { column, version, value } = a {
+                        add(column, *version, value);
+                    }
+                }
+            }
+            Mutation::Delete => {}
+        }
+        out.into_iter()
+            .map(|(n, mut c)| {
+                c.sort_by(|a, b| b.version.cmp(&a.version));
+                (n, c)
+            })
+            .collect()
+    }
+
     /// In-memory footprint, for memtable budgets: the value itself plus
     /// every heap block it owns, rounded up to the allocator's 16-byte
     /// granules. (Counting payload bytes only undercounted a 5-column row
@@ -273,6 +304,19 @@ pub(crate) fn visible_cells(
     opts: &TableOptions,
     read: &ReadOptions,
 ) -> Option<Vec<(String, Vec<Cell>)>> {
+    visible_cells_counted(state, now_ms, opts, read, &mut 0)
+}
+
+/// [`visible_cells`], adding to `scanned` the row data (attribute names
+/// and values) of the cells the read looked at before its filter: what a
+/// read is charged for, whether the filter passes the row or not.
+pub(crate) fn visible_cells_counted(
+    state: &RowState,
+    now_ms: i64,
+    opts: &TableOptions,
+    read: &ReadOptions,
+    scanned: &mut usize,
+) -> Option<Vec<(String, Vec<Cell>)>> {
     let cutoff = opts.ttl_cutoff_ms(now_ms);
     let mut exists = state.row_ts.is_some_and(|ts| ts >= cutoff);
     let limit = match (read.max_versions, read.time_range) {
@@ -312,6 +356,7 @@ pub(crate) fn visible_cells(
     if !exists {
         return None;
     }
+    *scanned += crate::model::capacity::cells_bytes(&out);
     if let Some(f) = &read.filter {
         let versions = |name: &str| -> Vec<&Value> {
             let Some(col) = state.columns.get(name) else {

@@ -34,6 +34,13 @@ pub struct PkColumn {
     /// The column's type.
     #[serde(rename = "type")]
     pub pk_type: PkType,
+    /// The engine assigns this column's values (an INTEGER column other
+    /// than the partition key; at most one per table): writers pass
+    /// [`PkValue::AutoIncrement`], and each new value is unique and larger
+    /// than every value assigned before it in the database, so strictly
+    /// increasing within a partition key value, across restarts too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_increment: bool,
 }
 
 /// Table options (see `docs/model.md`); all can be changed later.
@@ -192,8 +199,28 @@ impl TableSchema {
         self.primary_key.push(PkColumn {
             name: name.into(),
             pk_type,
+            auto_increment: false,
         });
         self
+    }
+
+    /// Makes key column `name` the auto-increment column (see
+    /// [`PkColumn::auto_increment`]); checked by [`TableSchema::validate`].
+    pub fn auto_increment(mut self, name: &str) -> Result<Self> {
+        let Some(c) = self.primary_key.iter_mut().find(|c| c.name == name) else {
+            return Err(Error::param(format!(
+                "auto-increment column '{name}' is not a primary-key column of table '{}'; the primary key is ({})",
+                self.name,
+                self.pk_list()
+            )));
+        };
+        c.auto_increment = true;
+        Ok(self)
+    }
+
+    /// The auto-increment key column's position, if the table has one.
+    pub fn auto_increment_column(&self) -> Option<usize> {
+        self.primary_key.iter().position(|c| c.auto_increment)
     }
 
     /// Checks the schema is one a table can have: the name, 1-4 key columns, distinct valid column names.
@@ -212,6 +239,28 @@ impl TableSchema {
                 return Err(Error::param(format!(
                     "primary-key column '{}' is listed twice in table '{}'",
                     c.name, self.name
+                )));
+            }
+        }
+        let auto: Vec<&PkColumn> = self.primary_key.iter().filter(|c| c.auto_increment).collect();
+        if auto.len() > 1 {
+            return Err(Error::param(format!(
+                "table '{}' has {} auto-increment columns; at most one is accepted",
+                self.name,
+                auto.len()
+            )));
+        }
+        if let Some(c) = auto.first() {
+            if c.name == self.primary_key[0].name {
+                return Err(Error::param(format!(
+                    "auto-increment column '{}' is the partition key of table '{}'; choose another primary-key column (2nd to 4th)",
+                    c.name, self.name
+                )));
+            }
+            if c.pk_type != PkType::Integer {
+                return Err(Error::param(format!(
+                    "auto-increment column '{}' of table '{}' is {}; it must be INTEGER",
+                    c.name, self.name, c.pk_type
                 )));
             }
         }
@@ -234,6 +283,21 @@ impl TableSchema {
 
     /// Checks a full primary key and returns its encoding.
     pub(crate) fn encode_pk(&self, pk: &PrimaryKey) -> Result<Vec<u8>> {
+        let (key, placeholder) = self.encode_write_pk(pk)?;
+        if placeholder.is_some() {
+            return Err(Error::invalid_pk(format!(
+                "the auto-increment placeholder is accepted only in a PutRow or UpdateRow of a new row; \
+                 to read, delete or condition on a row of table '{}', give its assigned value",
+                self.name
+            )));
+        }
+        Ok(key)
+    }
+
+    /// Checks the primary key of a PutRow / UpdateRow and returns its
+    /// encoding, with the byte offset of the auto-increment placeholder
+    /// when it has one (8 bytes there, to be replaced by the value).
+    pub(crate) fn encode_write_pk(&self, pk: &PrimaryKey) -> Result<(Vec<u8>, Option<usize>)> {
         if pk.columns.len() != self.primary_key.len() {
             return Err(Error::invalid_pk(format!(
                 "table '{}' has primary key ({}); got {} column(s): ({})",
@@ -248,11 +312,27 @@ impl TableSchema {
             )));
         }
         let mut out = Vec::with_capacity(32);
+        let mut placeholder = None;
         for ((name, value), col) in pk.columns.iter().zip(&self.primary_key) {
             self.check_pk_value(name, value, col)?;
+            if *value == PkValue::AutoIncrement {
+                if !col.auto_increment {
+                    return Err(Error::invalid_pk(format!(
+                        "primary-key column '{}' of table '{}' is not auto-increment; give it a {} value{}",
+                        col.name,
+                        self.name,
+                        col.pk_type,
+                        match self.auto_increment_column() {
+                            Some(i) => format!(" (the auto-increment column is '{}')", self.primary_key[i].name),
+                            None => String::new(),
+                        }
+                    )));
+                }
+                placeholder = Some(out.len());
+            }
             key::encode_value(&mut out, value);
         }
-        Ok(out)
+        Ok((out, placeholder))
     }
 
     fn check_pk_value(&self, name: &str, value: &PkValue, col: &PkColumn) -> Result<()> {

@@ -57,13 +57,18 @@ pub enum PkValue {
     String(String),
     /// A BINARY value.
     Binary(Vec<u8>),
+    /// The placeholder of a table's auto-increment key column in a PutRow
+    /// or UpdateRow: the engine assigns the value (see
+    /// [`PkColumn::auto_increment`](crate::PkColumn::auto_increment)).
+    /// Nowhere else is it accepted.
+    AutoIncrement,
 }
 
 impl PkValue {
-    /// The type of this value.
+    /// The type of this value (the placeholder stands for an INTEGER).
     pub fn pk_type(&self) -> PkType {
         match self {
-            PkValue::Integer(_) => PkType::Integer,
+            PkValue::Integer(_) | PkValue::AutoIncrement => PkType::Integer,
             PkValue::String(_) => PkType::String,
             PkValue::Binary(_) => PkType::Binary,
         }
@@ -72,7 +77,7 @@ impl PkValue {
     /// Bytes this value counts for in row-size limits.
     pub(crate) fn data_len(&self) -> usize {
         match self {
-            PkValue::Integer(_) => 8,
+            PkValue::Integer(_) | PkValue::AutoIncrement => 8,
             PkValue::String(s) => s.len(),
             PkValue::Binary(b) => b.len(),
         }
@@ -155,6 +160,25 @@ impl PrimaryKey {
 pub struct PkBound {
     /// `(column name, bound value)` pairs: a prefix of the table's key columns.
     pub columns: Vec<(String, PkBoundValue)>,
+}
+
+/// `(id=1, name="a")`, for messages.
+impl fmt::Display for PrimaryKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("(")?;
+        for (i, (n, v)) in self.columns.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match v {
+                PkValue::Integer(x) => write!(f, "{n}={x}")?,
+                PkValue::String(s) => write!(f, "{n}={s:?}")?,
+                PkValue::Binary(b) => write!(f, "{n}=0x{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())?,
+                PkValue::AutoIncrement => write!(f, "{n}=AUTO_INCREMENT")?,
+            }
+        }
+        f.write_str(")")
+    }
 }
 
 impl PkBound {

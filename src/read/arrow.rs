@@ -156,6 +156,11 @@ impl ColBuilder {
             PkValue::Integer(i) => Value::Integer(*i),
             PkValue::String(s) => Value::String(s.clone()),
             PkValue::Binary(b) => Value::Binary(b.clone()),
+            // Decoded keys never hold the placeholder.
+            PkValue::AutoIncrement => {
+                self.push(None);
+                return;
+            }
         };
         self.push(Some(&v));
     }

@@ -134,8 +134,12 @@ impl Pipeline {
         // the order they are queued); only the wait for durability is
         // pipelined.
         let queued = self.target.enqueue_batch(batch).await.map_err(df_err)?;
-        self.in_flight
-            .push_back(Box::pin(async move { queued.durable().await.map(|r| (first, r)) }));
+        self.in_flight.push_back(Box::pin(async move {
+            queued
+                .durable()
+                .await
+                .map(|r| (first, r.into_iter().map(|r| r.map(|_| ())).collect::<Vec<_>>()))
+        }));
         while self.in_flight.len() >= WRITES_IN_FLIGHT {
             self.settle_one().await?;
         }

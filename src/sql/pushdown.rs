@@ -219,6 +219,7 @@ fn render(v: &PkValue) -> String {
         PkValue::Integer(i) => i.to_string(),
         PkValue::String(s) => format!("'{}'", s.replace('\'', "''")),
         PkValue::Binary(b) => format!("X'{}'", b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+        PkValue::AutoIncrement => "AUTO_INCREMENT".to_string(),
     }
 }
 

@@ -216,6 +216,24 @@ impl TableInner {
         }
     }
 
+    /// Whether `key` may have a write committed after sequence `seq`: one
+    /// in a memtable, or a segment newer than `seq` whose key range holds
+    /// it (conservative: a flush or compaction that finished since counts).
+    pub fn changed_since(&self, key: &[u8], seq: u64) -> bool {
+        let st = self.state.read();
+        if std::iter::once(&st.active)
+            .chain(st.immutables.iter())
+            .any(|m| m.max_seq() > seq && m.newest_seq(key) > seq)
+        {
+            return true;
+        }
+        st.segments
+            .iter()
+            .rev()
+            .take_while(|s| s.meta.max_seq > seq)
+            .any(|s| s.min_key.as_slice() <= key && key <= s.max_key.as_slice())
+    }
+
     /// Smallest sequence not yet in a segment, if any write is unflushed.
     pub fn min_unflushed_seq(&self) -> Option<u64> {
         let st = self.state.read();

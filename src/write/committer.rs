@@ -7,6 +7,17 @@
 //! new visible sequence, and only then acknowledges every writer of the
 //! group. One fsync thus serves many writers (group commit).
 //!
+//! A write that was checked against a snapshot (a condition or an
+//! increment) carries that snapshot's sequence number; the committer
+//! refuses it as a *conflict* when its row has a write committed after the
+//! snapshot, or an earlier write in the same group, and the writer checks
+//! it again. A write whose condition failed on its snapshot comes as a
+//! *probe*: it is never logged, and the committer only says whether the
+//! row changed since (then the writer checks again) or not (then the
+//! failure stands). So a check sees every write queued before it, the
+//! writer's own earlier writes included, whether it passes or fails. A write with an auto-increment key gets its sequence number
+//! as the key column's value, written into the key before it is logged.
+//!
 //! It also freezes memtables (only the committer inserts into them, so a
 //! freeze can never lose a write racing with it), rotates the WAL, deletes
 //! WAL files whose writes are all flushed, and stalls when unflushed data
@@ -28,13 +39,42 @@ pub(crate) struct PendingWrite {
     pub table: Arc<TableInner>,
     pub key: Vec<u8>,
     pub mutation: Mutation,
+    /// The snapshot the write's condition was checked against: the write
+    /// is a conflict if its row changed after it.
+    pub checked_at: Option<u64>,
+    /// Where the 8 bytes of the auto-increment placeholder are in `key`.
+    pub auto_increment: Option<usize>,
+    /// Only a conflict check (of a write that failed its condition on its
+    /// snapshot): never logged, never applied.
+    pub probe: bool,
+}
+
+/// The committer's answer to one `Write` message.
+#[derive(Debug, Clone)]
+pub(crate) struct CommitAck {
+    /// The sequence number of the message's first committed write; the
+    /// others follow, one each, in order.
+    pub first_seq: u64,
+    /// Writes of the message (indices, ascending) not committed because
+    /// their row changed after the snapshot they were checked against.
+    pub conflicts: Vec<usize>,
+    /// Every write of the message not committed: the conflicts and the
+    /// probes (ascending).
+    pub uncommitted: Vec<usize>,
+}
+
+impl CommitAck {
+    /// The sequence number write `i` of the message got (a committed one).
+    pub fn seq_of(&self, i: usize) -> u64 {
+        self.first_seq + (i - self.uncommitted.partition_point(|c| *c < i)) as u64
+    }
 }
 
 pub(crate) enum CommitMsg {
     /// Writes committed together (one WAL record): all or none survive.
     Write {
         writes: Vec<PendingWrite>,
-        done: oneshot::Sender<Result<u64>>,
+        done: oneshot::Sender<Result<CommitAck>>,
     },
     /// Freeze the table's active memtable (for an explicit flush).
     Freeze {
@@ -102,6 +142,20 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
             }
         }
         if !group.is_empty() {
+            let conflicts = find_conflicts(&group);
+            let uncommitted: Vec<usize> = if conflicts.is_empty() && !group.iter().any(|w| w.probe) {
+                Vec::new()
+            } else {
+                let out: Vec<usize> = (0..group.len())
+                    .filter(|i| group[*i].probe || conflicts.binary_search(i).is_ok())
+                    .collect();
+                let mut i = 0;
+                group.retain(|_| {
+                    i += 1;
+                    out.binary_search(&(i - 1)).is_err()
+                });
+                out
+            };
             let mut touched: Vec<Arc<TableInner>> = Vec::new();
             for w in &group {
                 if !touched.iter().any(|t| Arc::ptr_eq(t, &w.table)) {
@@ -116,6 +170,8 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                         e.message()
                     ),
                 )),
+                // Nothing to log: probes and conflicts only.
+                None if group.is_empty() => Ok(next_seq),
                 None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, group),
             };
             if let Err(e) = &result
@@ -128,13 +184,23 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 // rolled back fails only its own group.
                 failed.get_or_insert_with(|| e.clone());
             }
-            let mut seq_end = match &result {
-                Ok(first_seq) => *first_seq,
-                Err(_) => 0,
+            // Hand each message its first sequence and its conflicts.
+            let mut next = *result.as_ref().unwrap_or(&0);
+            let mut start = 0;
+            let mine = |all: &[usize], start: usize, n: usize| -> Vec<usize> {
+                let from = all.partition_point(|c| *c < start);
+                let to = all.partition_point(|c| *c < start + n);
+                all[from..to].iter().map(|c| c - start).collect()
             };
             for (done, n) in acks {
-                seq_end += n as u64;
-                let _ = done.send(result.clone().map(|_| seq_end - 1));
+                let ack = CommitAck {
+                    first_seq: next,
+                    conflicts: mine(&conflicts, start, n),
+                    uncommitted: mine(&uncommitted, start, n),
+                };
+                next += (n - ack.uncommitted.len()) as u64;
+                start += n;
+                let _ = done.send(result.clone().map(|_| ack));
             }
             maybe_freeze(&*host, &mut wal, &touched);
             stall_if_over_budget(&*host);
@@ -161,17 +227,49 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
     let _ = wal.sync();
 }
 
+/// The writes of `group` (indices, ascending) whose condition no longer
+/// holds for certain: their row has a write committed after the snapshot
+/// they were checked against, or an earlier write in this group.
+fn find_conflicts(group: &[PendingWrite]) -> Vec<usize> {
+    if group.iter().all(|w| w.checked_at.is_none()) {
+        return Vec::new();
+    }
+    let mut written: std::collections::HashSet<(u64, &[u8])> = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for (i, w) in group.iter().enumerate() {
+        if let Some(snapshot) = w.checked_at
+            && (written.contains(&(w.table.id, &w.key[..])) || w.table.changed_since(&w.key, snapshot))
+        {
+            out.push(i);
+            continue;
+        }
+        // An auto-increment key is new (its placeholder is not its key).
+        if w.auto_increment.is_none() && !w.probe {
+            written.insert((w.table.id, &w.key[..]));
+        }
+    }
+    out
+}
+
 /// Logs and applies one group; returns the first sequence it used.
 fn commit_group(
     host: &dyn CommitHost,
     wal: &mut WalWriter,
     next_seq: &mut u64,
     payload: &mut Vec<u8>,
-    group: Vec<PendingWrite>,
+    mut group: Vec<PendingWrite>,
 ) -> Result<u64> {
     let first = *next_seq;
     payload.clear();
-    for (i, w) in group.iter().enumerate() {
+    for (i, w) in group.iter_mut().enumerate() {
+        if let Some(at) = w.auto_increment {
+            // The value is the write's sequence number: unique, and above
+            // every value assigned before, across restarts too (the next
+            // sequence after an open is above every sequence a live table
+            // holds).
+            let seq = first + i as u64;
+            w.key[at..at + 8].copy_from_slice(&crate::model::key::encode_integer(seq as i64));
+        }
         wal::encode_entry(payload, first + i as u64, w.table.id, &w.key, &w.mutation);
     }
     let last = first + group.len() as u64 - 1;
@@ -257,45 +355,5 @@ fn stall_if_over_budget(host: &dyn CommitHost) {
     if waited > Duration::from_micros(100) {
         host.stall_micros()
             .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
-    }
-}
-
-/// Writes queued with the committer (see [`Table::enqueue_batch`](crate::Table::enqueue_batch)):
-/// [`QueuedWrites::durable`] waits until they are durable and returns a
-/// result per write, in the order given.
-#[must_use = "queued writes are committed either way; durable() tells whether they were"]
-pub struct QueuedWrites {
-    /// Per write: an error for one refused before queueing, else `Ok`.
-    results: Vec<Result<()>>,
-    /// The committer's answer for the valid writes; `None` when none was.
-    ack: Option<oneshot::Receiver<Result<u64>>>,
-}
-
-impl QueuedWrites {
-    pub(crate) fn new(results: Vec<Result<()>>, ack: Option<oneshot::Receiver<Result<u64>>>) -> Self {
-        QueuedWrites { results, ack }
-    }
-
-    /// Adds the refusals of writes that were never queued, each at its
-    /// index among all the writes (ascending).
-    pub(crate) fn with_refused(mut self, refused: Vec<(usize, Error)>) -> Self {
-        for (i, e) in refused {
-            self.results.insert(i.min(self.results.len()), Err(e));
-        }
-        self
-    }
-
-    /// Waits until the queued writes are durable; one result per write.
-    pub async fn durable(self) -> Result<Vec<Result<()>>> {
-        let QueuedWrites { mut results, ack } = self;
-        if let Some(ack) = ack {
-            let committed = ack.await.map_err(|_| Error::closed()).and_then(|r| r);
-            if let Err(e) = committed {
-                for r in results.iter_mut().filter(|r| r.is_ok()) {
-                    *r = Err(e.clone());
-                }
-            }
-        }
-        Ok(results)
     }
 }

@@ -9,4 +9,5 @@
 //! `docs/architecture.md`, "The write path".
 
 pub(crate) mod committer;
+pub(crate) mod condition;
 pub(crate) mod validate;

@@ -1,31 +1,114 @@
-//! Turning API writes into validated mutations (limits, version window).
+//! Turning API writes into validated mutations (limits, version window,
+//! increments resolved against the row's current state).
 //!
 //! Invariant: a mutation that comes out of here fits every limit and the
-//! version window, so the committer never refuses it.
+//! version window, so the committer never refuses it; an increment comes
+//! out as the PUT of its sum.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::api::{RowWrite, UpdateAction};
-use crate::model::row::{Action, Mutation};
+use crate::model::row::{Action, Mutation, ReadOptions, RowState, visible_cells};
 use crate::model::schema::{
     MAX_COLUMNS_PER_WRITE, MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, TableOptions, TableSchema, validate_name,
 };
 use crate::model::types::Value;
 
+/// A write checked and turned into what the committer logs.
+pub(crate) struct Validated {
+    pub key: Vec<u8>,
+    pub mutation: Mutation,
+    /// Where the auto-increment placeholder's 8 bytes are in `key`.
+    pub auto_increment: Option<usize>,
+}
+
+/// The checks that need no read of the row: the key (and where an
+/// auto-increment placeholder may be), the condition's filter, and what
+/// an UpdateRow with increments may combine.
+pub(crate) fn precheck(schema: &TableSchema, w: &RowWrite) -> Result<(Vec<u8>, Option<usize>)> {
+    let (key, placeholder) = match w {
+        RowWrite::Delete(d) => (schema.encode_pk(&d.primary_key)?, None),
+        _ => schema.encode_write_pk(w.primary_key())?,
+    };
+    let cond = w.condition();
+    if let Some(f) = &cond.column {
+        f.validate()?;
+        if f.page().is_some() {
+            return Err(Error::param(
+                "a column condition cannot be a column page; give a column filter (column, and, or, not)",
+            ));
+        }
+    }
+    if placeholder.is_some() && !cond.is_ignore() {
+        return Err(Error::param(format!(
+            "a {} with an auto-increment placeholder writes a new row; its condition must be ignore, got {}",
+            w.op_name(),
+            cond.row.name()
+        )));
+    }
+    if let RowWrite::Update(u) = w
+        && u.actions.iter().any(|a| matches!(a, UpdateAction::Increment { .. }))
+    {
+        let mut names: Vec<&str> = u.actions.iter().map(|a| a.column()).collect();
+        names.sort_unstable();
+        if let Some(d) = names.windows(2).find(|p| p[0] == p[1]) {
+            return Err(Error::param(format!(
+                "column '{}' has more than one action in this UpdateRow with an increment; \
+                 an increment must be the column's only action",
+                d[0]
+            )));
+        }
+    }
+    Ok((key, placeholder))
+}
+
+/// The row's newest visible INTEGER plus `delta` (a missing column counts as 0).
+fn increment(
+    schema: &TableSchema,
+    opts: &TableOptions,
+    now_ms: i64,
+    current: Option<&RowState>,
+    name: &str,
+    delta: i64,
+) -> Result<i64> {
+    let read = ReadOptions {
+        columns_to_get: Some(vec![name.to_string()]),
+        ..Default::default()
+    };
+    let latest = current
+        .and_then(|st| visible_cells(st, now_ms, opts, &read))
+        .and_then(|cells| cells.into_iter().next())
+        .and_then(|(_, mut c)| (!c.is_empty()).then(|| c.swap_remove(0).value));
+    let base = match latest {
+        None => 0,
+        Some(Value::Integer(i)) => i,
+        Some(other) => {
+            return Err(Error::param(format!(
+                "cannot increment column '{name}' of table '{}': its current value is {}, not INTEGER",
+                schema.name,
+                other.type_name()
+            )));
+        }
+    };
+    base.checked_add(delta).ok_or_else(|| {
+        Error::param(format!(
+            "incrementing column '{name}' of table '{}' by {delta} overflows: {base} + {delta} is outside the INTEGER (i64) range",
+            schema.name
+        ))
+    })
+}
+
 /// Checks a write against the table and returns its encoded key and
-/// mutation, with missing versions set to `now_ms`.
+/// mutation, with missing versions set to `now_ms`. `current` is the row's
+/// state when the write reads it (increments add to it).
 pub(crate) fn to_mutation(
     schema: &TableSchema,
     opts: &TableOptions,
     now_ms: i64,
     w: RowWrite,
-) -> Result<(Vec<u8>, Mutation)> {
-    let key = schema.encode_pk(w.primary_key())?;
-    let mut row_bytes: usize = w
-        .primary_key()
-        .columns
-        .iter()
-        .map(|(n, v)| n.len() + v.data_len())
-        .sum();
+    current: Option<&RowState>,
+) -> Result<Validated> {
+    let (key, auto_increment) = precheck(schema, &w)?;
+    let mut row_bytes = crate::model::capacity::pk_bytes(w.primary_key());
     let mut check_cell = |name: &str, value: Option<&Value>, version: Option<i64>| -> Result<()> {
         validate_name("column", name)?;
         if schema.is_pk_column(name) {
@@ -111,6 +194,15 @@ pub(crate) fn to_mutation(
                         check_cell(&name, None, None)?;
                         Action::DeleteAll { column: name }
                     }
+                    UpdateAction::Increment { name, delta } => {
+                        check_cell(&name, Some(&Value::Integer(0)), Some(now_ms))?;
+                        let sum = increment(schema, opts, now_ms, current, &name, delta)?;
+                        Action::Put {
+                            column: name,
+                            version: now_ms,
+                            value: Value::Integer(sum),
+                        }
+                    }
                 });
             }
             Mutation::Update { actions }
@@ -123,7 +215,11 @@ pub(crate) fn to_mutation(
             format!("the row write is {row_bytes} bytes; at most {MAX_ROW_WRITE_BYTES} are accepted"),
         ));
     }
-    Ok((key, mutation))
+    Ok(Validated {
+        key,
+        mutation,
+        auto_increment,
+    })
 }
 
 fn check_version(schema: &TableSchema, opts: &TableOptions, now_ms: i64, column: &str, version: i64) -> Result<()> {

@@ -532,7 +532,7 @@ async fn writes_racing_an_archive_are_either_archived_or_refused() {
                 };
                 for (j, r) in results.into_iter().enumerate() {
                     match r {
-                        Ok(()) => acked.push(i * 20 + j as i64),
+                        Ok(_) => acked.push(i * 20 + j as i64),
                         Err(e) if e.kind() == ErrorKind::ReadOnly => return acked,
                         Err(e) => panic!("{e}"),
                     }
@@ -553,7 +553,7 @@ async fn writes_racing_an_archive_are_either_archived_or_refused() {
         for i in acked {
             let pk = PrimaryKey::new().with("w", w as i64).with("i", i);
             assert!(
-                t.get_row(GetRow::new(pk)).await.unwrap().is_some(),
+                t.get_row(GetRow::new(pk)).await.unwrap().row.is_some(),
                 "writer {w} row {i} was acknowledged but is not in the archive"
             );
         }

@@ -141,7 +141,7 @@ proptest! {
                     );
                 }
             }
-            let row = t.get_row(GetRow::new(anchor)).await.unwrap();
+            let row = t.get_row(GetRow::new(anchor)).await.unwrap().row;
             let row = row.expect("the anchor row is still there");
             // Only a valid write to the anchor's key could change it.
             assert!(row.latest("a").is_some() || !row.columns.is_empty());

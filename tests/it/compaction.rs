@@ -91,7 +91,7 @@ async fn deletions_survive_a_partial_compaction() {
     assert_eq!(t.stats().runs, 2);
     check(&scan_all(&t, GetRange::new()).await);
     for i in 0..20 {
-        assert!(t.get_row(GetRow::new(pk(i, "a"))).await.unwrap().is_none());
+        assert!(t.get_row(GetRow::new(pk(i, "a"))).await.unwrap().row.is_none());
     }
     // A full compaction may drop them now; still nothing comes back, and
     // the data survives a reopen.
@@ -162,9 +162,9 @@ async fn the_engine_compacts_on_its_own() {
     let rows = scan_all(&t, GetRange::new()).await;
     assert_eq!(rows.len(), 120);
     // Card 75 was last written in round 7 (cards 70..120).
-    let r = t.get_row(GetRow::new(pk(75, "a"))).await.unwrap().unwrap();
+    let r = t.get_row(GetRow::new(pk(75, "a"))).await.unwrap().row.unwrap();
     assert_eq!(r.latest("v"), Some(&Value::from("r7")));
-    let r = t.get_row(GetRow::new(pk(5, "a"))).await.unwrap().unwrap();
+    let r = t.get_row(GetRow::new(pk(5, "a"))).await.unwrap().row.unwrap();
     assert_eq!(r.latest("v"), Some(&Value::from("r0")));
 }
 
@@ -200,6 +200,7 @@ async fn lowered_options_drop_versions_for_good_only_after_a_compaction() {
             t.get_row(GetRow::new(pk(card, "a")).options(all))
                 .await
                 .unwrap()
+                .row
                 .map(|r| r.columns.iter().map(|(_, c)| c.len()).sum::<usize>())
                 .unwrap_or(0)
         }

@@ -96,7 +96,8 @@ async fn read_all(dir: &Path) -> Result<String> {
             .get_row(GetRow::new(
                 PrimaryKey::new().with("k", k).with("s", format!("s{}", k % 7)),
             ))
-            .await?;
+            .await?
+            .row;
         out.push_str(&format!("{row:?}\n"));
     }
     let sql = cellar::sql::SqlSession::new(db.clone());
@@ -221,6 +222,7 @@ async fn damaged_manifests_catalogs_and_wal_files_refuse_to_open_and_are_reporte
         .unwrap()
         .get_row(GetRow::new(PrimaryKey::new().with("k", -1).with("s", "w")))
         .await
-        .unwrap();
+        .unwrap()
+        .row;
     assert!(row.is_some());
 }

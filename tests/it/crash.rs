@@ -58,6 +58,7 @@ async fn acknowledged_writes_survive_sigkill_and_nothing_is_half_written() {
                 .get_row(GetRow::new(pk))
                 .await
                 .unwrap()
+                .row
                 .unwrap_or_else(|| panic!("acknowledged row {i} lost"));
             assert_eq!(row.latest("a"), Some(&Value::Integer(i as i64)));
         }

@@ -107,6 +107,7 @@ async fn a_full_disk_fails_writes_clearly_keeps_what_was_acknowledged_and_recove
         .get_row(GetRow::new(PrimaryKey::new().with("k", last)))
         .await
         .unwrap()
+        .row
         .unwrap();
     assert_eq!(r.latest("n"), Some(&Value::Integer(last)));
 

@@ -200,7 +200,8 @@ async fn filters_match_a_reference_over_versions_deletes_and_missing_columns() {
             let row = t
                 .get_row(GetRow::new(PrimaryKey::new().with("k", k)).options(opts.clone()))
                 .await
-                .unwrap();
+                .unwrap()
+                .row;
             assert_eq!(row.is_some(), want.contains(&k), "GetRow {k} with {f:?}");
         }
     }

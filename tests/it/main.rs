@@ -6,6 +6,7 @@ mod cli;
 mod common;
 mod compaction;
 mod concurrency;
+mod conditions;
 mod corruption;
 mod crash;
 mod disk_full;

@@ -80,6 +80,7 @@ impl Model {
                         UpdateAction::DeleteAll { name } => {
                             row.columns.remove(name);
                         }
+                        UpdateAction::Increment { .. } => unreachable!("checked writes are applied by apply_checked"),
                     }
                 }
             }
@@ -262,7 +263,8 @@ async fn run_model(seed: u64, steps: usize) {
                 let got = t
                     .get_row(GetRow::new(pk(key.0, &key.1)).options(all_read.clone()))
                     .await
-                    .unwrap();
+                    .unwrap()
+                    .row;
                 let want = model.rows.get(&key).and_then(|r| model.visible(now, r));
                 assert_eq!(got.map(|r| r.columns), want, "seed {seed} step {step}: get {key:?}");
             }

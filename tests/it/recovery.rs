@@ -47,9 +47,14 @@ async fn writes_survive_reopen_with_and_without_flush() {
     let t = db.table("t").unwrap();
     let rows = scan_all(&t, GetRange::new()).await;
     assert_eq!(rows.len(), 99);
-    assert!(t.get_row(GetRow::new(pk(3, "a"))).await.unwrap().is_none());
+    assert!(t.get_row(GetRow::new(pk(3, "a"))).await.unwrap().row.is_none());
     assert_eq!(
-        t.get_row(GetRow::new(pk(77, "a"))).await.unwrap().unwrap().latest("n"),
+        t.get_row(GetRow::new(pk(77, "a")))
+            .await
+            .unwrap()
+            .row
+            .unwrap()
+            .latest("n"),
         Some(&Value::Integer(77))
     );
     // a dropped table's name can be reused and starts empty
@@ -158,7 +163,12 @@ async fn unreferenced_files_are_deleted_at_open() {
     assert_eq!(std::fs::read_dir(&segs).unwrap().count(), 1);
     let t = db.table("t").unwrap();
     assert_eq!(
-        t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().unwrap().latest("n"),
+        t.get_row(GetRow::new(pk(1, "a")))
+            .await
+            .unwrap()
+            .row
+            .unwrap()
+            .latest("n"),
         Some(&Value::Integer(1))
     );
 }

@@ -78,9 +78,10 @@ async fn multi_version_keys_read_back_across_row_groups_pages_and_windows() {
             .get_row(GetRow::new(pk(i, "k")).options(all.clone()))
             .await
             .unwrap()
+            .row
             .unwrap();
         assert_eq!(r.column("c").unwrap().len(), versions(i));
-        assert!(t.get_row(GetRow::new(pk(i, "missing"))).await.unwrap().is_none());
+        assert!(t.get_row(GetRow::new(pk(i, "missing"))).await.unwrap().row.is_none());
     }
 }
 
@@ -274,7 +275,7 @@ async fn point_gets_from_segments_match_the_memtable() {
     };
     let get = |i: i64, order: &'static str, options: ReadOptions| {
         let t = t.clone();
-        async move { t.get_row(GetRow::new(pk(i, order)).options(options)).await.unwrap() }
+        async move { t.get_row(GetRow::new(pk(i, order)).options(options)).await.unwrap().row }
     };
     let some_columns = ReadOptions {
         columns_to_get: Some(vec!["sparse".into(), "cat".into()]),

@@ -56,6 +56,7 @@ fn api_rows(rows: &[Row], columns: &[&str]) -> Vec<String> {
                     PkValue::Integer(i) => format!("{n}={i}"),
                     PkValue::String(s) => format!("{n}={s}"),
                     PkValue::Binary(b) => format!("{n}={b:?}"),
+                    PkValue::AutoIncrement => unreachable!("a read key holds values"),
                 })
                 .collect();
             for c in columns {
@@ -114,8 +115,12 @@ async fn sql_matches_the_row_api_on_random_data() {
                     }
                     t.update_row(u).await.unwrap();
                 }
-                7 => t.delete_row(DeleteRow::new(k)).await.unwrap(),
-                _ => t.update_row(UpdateRow::new(k).put("y", "u")).await.unwrap(),
+                7 => {
+                    t.delete_row(DeleteRow::new(k)).await.unwrap();
+                }
+                _ => {
+                    t.update_row(UpdateRow::new(k).put("y", "u")).await.unwrap();
+                }
             }
             clock.advance(1);
             // Flushes leave the last writes in the memtable; seed 0 compacts
@@ -725,7 +730,7 @@ async fn memtable_overlays_place_keys_between_row_groups() {
 }
 
 /// Writes in batches of at most 200 (BatchWriteRow's limit), in order.
-async fn write_all(t: &Table, writes: Vec<RowWrite>) -> Vec<cellar::Result<()>> {
+async fn write_all(t: &Table, writes: Vec<RowWrite>) -> Vec<cellar::Result<WriteResult>> {
     let mut out = Vec::new();
     for chunk in writes.chunks(200) {
         out.extend(t.write_batch(chunk.to_vec()).await.unwrap());

@@ -176,7 +176,7 @@ async fn every_type_at_its_edges_survives_flush_compaction_and_reopen() {
         let values = values.clone();
         async move {
             for pk in &keys {
-                let row = t.get_row(GetRow::new(pk.clone())).await.unwrap().unwrap();
+                let row = t.get_row(GetRow::new(pk.clone())).await.unwrap().row.unwrap();
                 for (name, v) in &values {
                     let got = row.latest(name).unwrap_or_else(|| panic!("{stage}: {name} missing"));
                     assert!(same(got, v), "{stage}: {name}: {got:?}");

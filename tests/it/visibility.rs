@@ -15,7 +15,8 @@ async fn versions_of(t: &Table, col: &str) -> Vec<i64> {
     let row = t
         .get_row(GetRow::new(pk(1, "a")).options(all_versions()))
         .await
-        .unwrap();
+        .unwrap()
+        .row;
     row.and_then(|r| r.column(col).map(|c| c.iter().map(|c| c.version).collect()))
         .unwrap_or_default()
 }
@@ -61,12 +62,12 @@ async fn expired_rows_vanish_and_pk_only_rows_exist() {
     .await;
     t.put_row(PutRow::new(pk(1, "a"))).await.unwrap();
     t.put_row(PutRow::new(pk(2, "b")).column("x", 1)).await.unwrap();
-    let got = t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().unwrap();
+    let got = t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().row.unwrap();
     assert!(got.columns.is_empty());
     assert_eq!(scan_all(&t, GetRange::new()).await.len(), 2);
     clock.advance(10_001);
-    assert!(t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().is_none());
-    assert!(t.get_row(GetRow::new(pk(2, "b"))).await.unwrap().is_none());
+    assert!(t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().row.is_none());
+    assert!(t.get_row(GetRow::new(pk(2, "b"))).await.unwrap().row.is_none());
     assert!(scan_all(&t, GetRange::new()).await.is_empty());
     t.compact().await.unwrap();
     assert_eq!(
@@ -171,7 +172,7 @@ async fn reads_honour_columns_time_range_and_batches() {
     )
     .await
     .unwrap();
-    let get = |o: ReadOptions| t.get_row(GetRow::new(pk(1, "a")).options(o));
+    let get = |o: ReadOptions| async { t.get_row(GetRow::new(pk(1, "a")).options(o)).await.map(|r| r.row) };
     let r = get(ReadOptions {
         columns_to_get: Some(vec!["b".into(), "c".into()]),
         ..Default::default()
@@ -224,8 +225,8 @@ async fn reads_honour_columns_time_range_and_batches() {
         ("t".to_string(), GetRow::new(pk(9, "z"))),
     ];
     let res = db.batch_get(gets).await.unwrap();
-    assert!(res[0].as_ref().unwrap().is_some());
-    assert!(res[1].as_ref().unwrap().is_none());
+    assert!(res[0].as_ref().unwrap().row.is_some());
+    assert!(res[1].as_ref().unwrap().row.is_none());
     let too_many = (0..201)
         .map(|i| ("t".to_string(), RowWrite::from(DeleteRow::new(pk(i, "a")))))
         .collect();
@@ -275,7 +276,7 @@ async fn tombstone_only_columns_do_not_hide_later_columns_in_a_flush() {
         .await
         .unwrap();
     t.flush().await.unwrap();
-    let row = t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().unwrap();
+    let row = t.get_row(GetRow::new(pk(1, "a"))).await.unwrap().row.unwrap();
     assert_eq!(row.columns.len(), 1);
     assert_eq!(row.latest("d"), Some(&Value::Integer(2)));
 }
