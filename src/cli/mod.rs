@@ -167,6 +167,10 @@ pub enum Command {
         /// Primary key: NAME:TYPE[,NAME:TYPE...], TYPE integer | string | binary
         #[arg(long)]
         pk: String,
+        /// Make this INTEGER primary-key column (not the first) auto-increment:
+        /// writes pass {"auto_increment":true} and get the assigned value back
+        #[arg(long, value_name = "NAME")]
+        auto_increment: Option<String>,
         /// Table options
         #[command(flatten)]
         options: OptionArgs,
@@ -374,6 +378,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         Command::Create {
             table,
             pk,
+            auto_increment,
             options,
             series,
             remote,
@@ -386,6 +391,9 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     ))
                 })?;
                 schema = schema.pk(name.trim(), ty.trim().parse::<PkType>()?);
+            }
+            if let Some(col) = auto_increment {
+                schema = schema.auto_increment(&col)?;
             }
             let opts = options.update().apply(&TableOptions::default());
             match series.series.as_deref() {

@@ -102,6 +102,7 @@ fn options_update(opts: &[SqlOption]) -> DfResult<OptionsUpdate> {
             other => {
                 return Err(plan_err(format!(
                     "unknown table option '{other}'; accepted: ttl (seconds, -1 = never), max_versions, max_version_offset (seconds), allow_update, \
+                     auto_increment = 'column' (at creation), \
                      and for a series: series = 'monthly', time_column, archive_after_months, drop_after_months, archive_to, \
                      archive_endpoint, archive_region, archive_allow_http"
                 )));
@@ -211,12 +212,22 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                 )));
             }
             let mut series = None;
+            let mut auto_increment = None;
             let update = match &ct.table_options {
                 CreateTableOptions::None => OptionsUpdate::default(),
                 CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => {
                     let (rest, s) = split_series_options(o)?;
                     series = s;
-                    options_update(&rest)?
+                    let mut others = Vec::new();
+                    for o in rest {
+                        match &o {
+                            SqlOption::KeyValue { key, value } if key.value.eq_ignore_ascii_case("auto_increment") => {
+                                auto_increment = Some(value.to_string().trim_matches('\'').to_string());
+                            }
+                            _ => others.push(o),
+                        }
+                    }
+                    options_update(&others)?
                 }
                 other => {
                     return Err(plan_err(format!(
@@ -271,6 +282,9 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
             }
             if let Some(s) = series.as_mut() {
                 s.time_is_timestamp = time_is_timestamp;
+            }
+            if let Some(col) = auto_increment {
+                schema = schema.auto_increment(&col).map_err(df_err)?;
             }
             let options = update.apply(&TableOptions::default());
             let created = match series {

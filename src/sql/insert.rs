@@ -222,9 +222,10 @@ pub(super) fn primary_key(table: &TableSchema, cols: &[ArrayRef], row: usize) ->
             Some(Value::Integer(x)) => PkValue::Integer(x),
             Some(Value::String(s)) => PkValue::String(s),
             Some(Value::Binary(b)) => PkValue::Binary(b),
+            None if c.auto_increment => PkValue::AutoIncrement,
             Some(_) | None => {
                 return Err(DataFusionError::Execution(format!(
-                    "primary-key column '{}' of table '{}' is NULL in row {}; every primary-key column needs a value",
+                    "primary-key column '{}' of table '{}' is NULL in row {}; every primary-key column but an auto-increment one needs a value",
                     c.name,
                     table.name,
                     row + 1

@@ -61,7 +61,13 @@ impl CellarTable {
         let mut fields = Vec::new();
         let mut cols = Vec::new();
         for (i, c) in table.schema().primary_key.iter().enumerate() {
-            fields.push(Field::new(&c.name, arrow_type(pk_value_type(c.pk_type)), false));
+            // An auto-increment column is nullable for INSERT: NULL (or
+            // leaving it out) asks for a new value.
+            fields.push(Field::new(
+                &c.name,
+                arrow_type(pk_value_type(c.pk_type)),
+                c.auto_increment,
+            ));
             cols.push(OutCol::Pk(i));
         }
         let declared = table.declared_columns();
@@ -91,7 +97,13 @@ impl CellarTable {
     pub(crate) fn schema_of(schema: &crate::model::schema::TableSchema) -> SchemaRef {
         let mut fields = Vec::new();
         for c in &schema.primary_key {
-            fields.push(Field::new(&c.name, arrow_type(pk_value_type(c.pk_type)), false));
+            // An auto-increment column is nullable for INSERT: NULL (or
+            // leaving it out) asks for a new value.
+            fields.push(Field::new(
+                &c.name,
+                arrow_type(pk_value_type(c.pk_type)),
+                c.auto_increment,
+            ));
         }
         for c in &schema.columns {
             fields.push(Field::new(&c.name, arrow_type(c.value_type), true));

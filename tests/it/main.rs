@@ -1,6 +1,7 @@
 //! Cellar's integration tests: one binary, one module per behaviour.
 
 mod archive;
+mod auto_increment;
 mod bad_input;
 mod cli;
 mod common;
