@@ -46,6 +46,7 @@ pub use check::{CheckReport, FileCheck, FileState, check};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::queued::QueuedWrites;
 pub use db::table::{Table, TableStats};
+pub use db::transaction::Transaction;
 pub use db::{
     ArchiveOnDrop, Database, MaintenanceAction, MaintenanceStep, Series, SeriesOptions, TableDescription, TableListing,
 };

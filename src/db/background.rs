@@ -80,6 +80,10 @@ impl CommitHost for Shared {
         &self.wal_bytes
     }
 
+    fn now_ms(&self) -> i64 {
+        self.options.clock.now_ms()
+    }
+
     fn stall_runs(&self) -> usize {
         if self.options.auto_compaction {
             self.options

@@ -40,6 +40,8 @@ pub(crate) struct DbInner {
     pub(super) committer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Series by name (as committed in the catalog).
     pub(super) series: parking_lot::RwLock<std::collections::BTreeMap<String, Arc<super::series::SeriesDef>>>,
+    /// The id of the next local transaction.
+    pub(super) next_txn: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for DbInner {
@@ -168,6 +170,7 @@ impl DbInner {
                         checked_at: Some(snap.seq),
                         auto_increment: None,
                         probe: true,
+                        refused: None,
                     };
                     let failed = Accepted {
                         result: WriteResult::default(),
@@ -204,6 +207,7 @@ impl DbInner {
             checked_at,
             auto_increment: v.auto_increment,
             probe: false,
+            refused: None,
         };
         Ok((pending, accepted))
     }

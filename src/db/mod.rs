@@ -30,6 +30,7 @@ pub(crate) mod open;
 pub(crate) mod queued;
 pub(crate) mod series;
 pub(crate) mod table;
+pub(crate) mod transaction;
 mod writer;
 
 use std::path::Path;

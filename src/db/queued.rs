@@ -83,7 +83,9 @@ impl QueuedWrites {
                 (Ok(_), None) => Err(Error::closed()),
                 (Ok(_), Some(Err(e))) => Err(e.clone()),
                 (Ok(mut a), Some(Ok(ack))) => {
-                    if ack.conflicts.binary_search(&a.slot).is_ok() {
+                    if let Some((_, e)) = ack.refused.iter().find(|(s, _)| *s == a.slot) {
+                        Err(e.clone())
+                    } else if ack.conflicts.binary_search(&a.slot).is_ok() {
                         let (table, w) = a.retry.take().expect("only checked writes conflict");
                         again.push((i, table, w));
                         Err(Error::closed())

@@ -16,11 +16,12 @@ use super::inner::DbInner;
 use crate::compaction;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::capacity::{self, CapacityUnit};
+use crate::model::key::KeyRange;
 use crate::model::row::{ReadOptions, visible_cells_counted};
 use crate::model::schema::{MAX_COLUMNS_TO_GET, TableOptions, TableSchema};
 use crate::model::types::Row;
 use crate::read::MergeScan;
-use crate::state::TableInner;
+use crate::state::{Snapshot, TableInner};
 
 /// A handle on one table. Cheap to clone.
 #[derive(Clone)]
@@ -202,75 +203,29 @@ impl Table {
     /// units read.
     pub async fn get_row(&self, get: GetRow) -> Result<GetRowResult> {
         self.check_live()?;
-        check_read_options(&get.options)?;
-        let key = self.inner.schema.encode_pk(&get.primary_key)?;
         let snap = self.inner.snapshot(&self.db.shared().visible_seq);
-        let now = self.db.now_ms();
-        let cols = fetched_columns(&get.options);
-        let Some(state) = snap.get_state(&key, cols.as_deref()).await? else {
-            return Ok(GetRowResult {
-                row: None,
-                consumed: CapacityUnit::read(0),
-            });
-        };
-        let mut bytes = 0;
-        let row = visible_cells_counted(&state, now, &snap.options, &get.options, &mut bytes);
-        if bytes > 0 || row.is_some() {
-            bytes += capacity::pk_bytes(&get.primary_key);
-        }
-        Ok(GetRowResult {
-            row: row.map(|columns| Row {
-                primary_key: get.primary_key,
-                columns,
-            }),
-            consumed: CapacityUnit::read(bytes),
-        })
+        read_row(&self.inner, &snap, self.db.now_ms(), get).await
     }
 
     /// GetRange: one response of at most `limit`, 5000 rows or 4 MiB, with
     /// `next_start` set when more rows may remain.
     pub async fn get_range(&self, req: GetRange) -> Result<RangeResult> {
         self.check_live()?;
-        check_read_options(&req.options)?;
-        if req.limit == Some(0) {
-            return Err(Error::param("GetRange limit must be at least 1"));
-        }
-        let backward = req.direction == crate::model::api::Direction::Backward;
-        let range = self
-            .inner
-            .schema
-            .key_range(req.start.as_ref(), req.end.as_ref(), backward)?;
         let snap = self.inner.snapshot(&self.db.shared().visible_seq);
-        let now = self.db.now_ms();
-        let limit = req.limit.unwrap_or(MAX_RANGE_ROWS).min(MAX_RANGE_ROWS);
-        let cols = fetched_columns(&req.options);
-        let mut scan = MergeScan::new(&snap, range, backward, cols.as_deref());
-        let mut out = RangeResult::default();
-        let mut bytes = 0usize;
-        let mut scanned = 0usize;
-        let mut read_bytes = 0usize;
-        while let Some((key, state)) = scan.next().await? {
-            // A filter that passes few rows ends a response after
-            // MAX_RANGE_SCANNED_ROWS rows looked at, however few it holds.
-            if out.rows.len() >= limit || bytes >= MAX_RANGE_BYTES || scanned >= MAX_RANGE_SCANNED_ROWS {
-                out.next_start = Some(self.inner.schema.decode_pk(&key)?);
-                break;
-            }
-            scanned += 1;
-            let before = read_bytes;
-            let row = visible_cells_counted(&state, now, &snap.options, &req.options, &mut read_bytes);
-            if row.is_none() && read_bytes == before {
-                continue;
-            }
-            let primary_key = self.inner.schema.decode_pk(&key)?;
-            read_bytes += capacity::pk_bytes(&primary_key);
-            if let Some(columns) = row {
-                bytes += key.len() + capacity::cells_bytes(&columns);
-                out.rows.push(Row { primary_key, columns });
-            }
-        }
-        out.consumed = CapacityUnit::read(read_bytes);
-        Ok(out)
+        read_range(&self.inner, &snap, self.db.now_ms(), req, None).await
+    }
+
+    /// Starts a local transaction on one partition key value (a value of
+    /// the first primary-key column): until it commits or aborts, or
+    /// expires after 60 s without use, every other write to that value is
+    /// refused with `RowOperationConflict`; its own writes commit all
+    /// together (see [`Transaction`](crate::Transaction)).
+    pub async fn start_transaction(
+        &self,
+        partition_key: impl Into<crate::model::types::PkValue>,
+    ) -> Result<crate::Transaction> {
+        self.check_live()?;
+        crate::Transaction::start(self.db.clone(), self.inner.clone(), partition_key.into()).await
     }
 
     /// Freezes the memtable and waits until it is a segment.
@@ -341,6 +296,80 @@ impl Table {
             last_compaction_error: self.inner.last_compaction_error.lock().clone(),
         }
     }
+}
+
+/// GetRow on a snapshot.
+pub(super) async fn read_row(t: &TableInner, snap: &Snapshot, now: i64, get: GetRow) -> Result<GetRowResult> {
+    check_read_options(&get.options)?;
+    let key = t.schema.encode_pk(&get.primary_key)?;
+    let cols = fetched_columns(&get.options);
+    let Some(state) = snap.get_state(&key, cols.as_deref()).await? else {
+        return Ok(GetRowResult {
+            row: None,
+            consumed: CapacityUnit::read(0),
+        });
+    };
+    let mut bytes = 0;
+    let row = visible_cells_counted(&state, now, &snap.options, &get.options, &mut bytes);
+    if bytes > 0 || row.is_some() {
+        bytes += capacity::pk_bytes(&get.primary_key);
+    }
+    Ok(GetRowResult {
+        row: row.map(|columns| Row {
+            primary_key: get.primary_key,
+            columns,
+        }),
+        consumed: CapacityUnit::read(bytes),
+    })
+}
+
+/// One GetRange response on a snapshot; `within` narrows the range (a
+/// local transaction's partition).
+pub(super) async fn read_range(
+    t: &TableInner,
+    snap: &Snapshot,
+    now: i64,
+    req: GetRange,
+    within: Option<&KeyRange>,
+) -> Result<RangeResult> {
+    check_read_options(&req.options)?;
+    if req.limit == Some(0) {
+        return Err(Error::param("GetRange limit must be at least 1"));
+    }
+    let backward = req.direction == crate::model::api::Direction::Backward;
+    let mut range = t.schema.key_range(req.start.as_ref(), req.end.as_ref(), backward)?;
+    if let Some(w) = within {
+        range = range.intersect(w);
+    }
+    let limit = req.limit.unwrap_or(MAX_RANGE_ROWS).min(MAX_RANGE_ROWS);
+    let cols = fetched_columns(&req.options);
+    let mut scan = MergeScan::new(snap, range, backward, cols.as_deref());
+    let mut out = RangeResult::default();
+    let mut bytes = 0usize;
+    let mut scanned = 0usize;
+    let mut read_bytes = 0usize;
+    while let Some((key, state)) = scan.next().await? {
+        // A filter that passes few rows ends a response after
+        // MAX_RANGE_SCANNED_ROWS rows looked at, however few it holds.
+        if out.rows.len() >= limit || bytes >= MAX_RANGE_BYTES || scanned >= MAX_RANGE_SCANNED_ROWS {
+            out.next_start = Some(t.schema.decode_pk(&key)?);
+            break;
+        }
+        scanned += 1;
+        let before = read_bytes;
+        let row = visible_cells_counted(&state, now, &snap.options, &req.options, &mut read_bytes);
+        if row.is_none() && read_bytes == before {
+            continue;
+        }
+        let primary_key = t.schema.decode_pk(&key)?;
+        read_bytes += capacity::pk_bytes(&primary_key);
+        if let Some(columns) = row {
+            bytes += key.len() + capacity::cells_bytes(&columns);
+            out.rows.push(Row { primary_key, columns });
+        }
+    }
+    out.consumed = CapacityUnit::read(read_bytes);
+    Ok(out)
 }
 
 /// The columns a read needs from storage: those it returns, plus those

@@ -58,6 +58,15 @@ pub(crate) fn encode_key<'a>(values: impl IntoIterator<Item = &'a PkValue>) -> V
     out
 }
 
+/// The bytes of an encoded key that hold its first (partition key)
+/// column; the whole key when it cannot be decoded.
+pub(crate) fn partition_prefix(key: &[u8], ty: PkType) -> &[u8] {
+    match decode_value_ref(key, ty) {
+        Ok((_, rest)) => &key[..key.len() - rest.len()],
+        Err(_) => key,
+    }
+}
+
 /// Decodes a full key of the given column types.
 pub(crate) fn decode_key(mut bytes: &[u8], types: &[PkType]) -> Result<Vec<PkValue>> {
     let mut out = Vec::with_capacity(types.len());
@@ -213,6 +222,37 @@ impl KeyRange {
 
     pub fn is_empty(&self) -> bool {
         self.hi.as_deref().is_some_and(|h| h <= self.lo.as_slice())
+    }
+
+    /// The keys that start with `prefix` (a whole encoded first column:
+    /// one partition key value).
+    pub fn prefixed(prefix: &[u8]) -> Self {
+        let mut hi = prefix.to_vec();
+        while hi.last() == Some(&0xFF) {
+            hi.pop();
+        }
+        let hi = match hi.last_mut() {
+            Some(b) => {
+                *b += 1;
+                Some(hi)
+            }
+            None => None,
+        };
+        KeyRange {
+            lo: prefix.to_vec(),
+            hi,
+        }
+    }
+
+    /// The keys in both ranges.
+    pub fn intersect(&self, o: &KeyRange) -> KeyRange {
+        let lo = self.lo.clone().max(o.lo.clone());
+        let hi = match (&self.hi, &o.hi) {
+            (Some(a), Some(b)) => Some(a.clone().min(b.clone())),
+            (Some(a), None) | (None, Some(a)) => Some(a.clone()),
+            (None, None) => None,
+        };
+        KeyRange { lo, hi }
     }
 
     /// True when `[min, max]` (inclusive key bounds) overlaps this range.

@@ -18,6 +18,10 @@
 //! writer's own earlier writes included, whether it passes or fails. A write with an auto-increment key gets its sequence number
 //! as the key column's value, written into the key before it is logged.
 //!
+//! Local transactions lock a partition here (see [`super::locks`]): a
+//! write to a held partition is refused with `RowOperationConflict`, and a
+//! transaction's commit is one message, so one WAL record.
+//!
 //! It also freezes memtables (only the committer inserts into them, so a
 //! freeze can never lose a write racing with it), rotates the WAL, deletes
 //! WAL files whose writes are all flushed, and stalls when unflushed data
@@ -29,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::locks::PartitionLocks;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::row::Mutation;
 use crate::state::TableInner;
@@ -47,6 +52,28 @@ pub(crate) struct PendingWrite {
     /// Only a conflict check (of a write that failed its condition on its
     /// snapshot): never logged, never applied.
     pub probe: bool,
+    /// Set by the committer: the write is refused (its partition is held
+    /// by a local transaction).
+    pub refused: Option<Error>,
+}
+
+impl PendingWrite {
+    /// A write checked against nothing: committed as it is.
+    pub fn plain(table: Arc<TableInner>, key: Vec<u8>, mutation: Mutation) -> Self {
+        PendingWrite {
+            table,
+            key,
+            mutation,
+            checked_at: None,
+            auto_increment: None,
+            probe: false,
+            refused: None,
+        }
+    }
+
+    fn logged(&self) -> bool {
+        !self.probe && self.refused.is_none()
+    }
 }
 
 /// The committer's answer to one `Write` message.
@@ -58,9 +85,11 @@ pub(crate) struct CommitAck {
     /// Writes of the message (indices, ascending) not committed because
     /// their row changed after the snapshot they were checked against.
     pub conflicts: Vec<usize>,
-    /// Every write of the message not committed: the conflicts and the
-    /// probes (ascending).
+    /// Every write of the message not committed: the conflicts, the
+    /// probes and the refused (ascending).
     pub uncommitted: Vec<usize>,
+    /// Writes refused, with why (a local transaction holds the partition).
+    pub refused: Vec<(usize, Error)>,
 }
 
 impl CommitAck {
@@ -75,6 +104,29 @@ pub(crate) enum CommitMsg {
     Write {
         writes: Vec<PendingWrite>,
         done: oneshot::Sender<Result<CommitAck>>,
+    },
+    /// Start a local transaction: lock a partition key value.
+    Lock {
+        table: Arc<TableInner>,
+        partition: Vec<u8>,
+        txn: u64,
+        last_used: Arc<std::sync::atomic::AtomicI64>,
+        done: oneshot::Sender<Result<()>>,
+    },
+    /// Commit a local transaction: its writes (one WAL record), then the
+    /// partition is free. Refused whole if the transaction expired.
+    Commit {
+        table: Arc<TableInner>,
+        partition: Vec<u8>,
+        txn: u64,
+        writes: Vec<PendingWrite>,
+        done: oneshot::Sender<Result<CommitAck>>,
+    },
+    /// Abort a local transaction: free the partition.
+    Unlock {
+        table: Arc<TableInner>,
+        partition: Vec<u8>,
+        txn: u64,
     },
     /// Freeze the table's active memtable (for an explicit flush).
     Freeze {
@@ -102,6 +154,8 @@ pub(crate) trait CommitHost: Send + Sync + 'static {
     fn stall_runs(&self) -> usize;
     /// Counts bytes appended to the WAL.
     fn wal_bytes(&self) -> &AtomicU64;
+    /// The database clock, in milliseconds (transaction expiry).
+    fn now_ms(&self) -> i64;
 }
 
 /// Most bytes of WAL payload in one group.
@@ -110,15 +164,20 @@ const MAX_GROUP_BYTES: usize = 8 << 20;
 pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u64, mut rx: mpsc::Receiver<CommitMsg>) {
     let mut payload = Vec::with_capacity(1 << 20);
     let mut failed: Option<Error> = None;
+    let mut locks = PartitionLocks::default();
     while let Some(first) = rx.blocking_recv() {
         let mut group = Vec::new();
         let mut acks = Vec::new();
+        // Transactions started in this round: answered once the writes
+        // queued before them are visible.
+        let mut started = Vec::new();
         let mut others = Vec::new();
         let mut bytes = 0usize;
         let mut next = Some(first);
+        let now = host.now_ms();
         while let Some(msg) = next.take() {
             match msg {
-                CommitMsg::Write { writes, done } => {
+                CommitMsg::Write { mut writes, done } => {
                     // An archive sets the flag before it freezes the
                     // memtable, so a write committed after the freeze
                     // cannot be lost with the local copy.
@@ -126,6 +185,11 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                     if let Some(w) = read_only {
                         let _ = done.send(Err(w.table.read_only_error()));
                     } else {
+                        if !locks.is_empty() {
+                            for w in writes.iter_mut().filter(|w| !w.probe) {
+                                w.refused = locks.check(&w.table, &w.key, now);
+                            }
+                        }
                         bytes += writes
                             .iter()
                             .map(|w| w.key.len() + w.mutation.approx_bytes())
@@ -135,6 +199,44 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                         acks.push((done, n));
                     }
                 }
+                CommitMsg::Lock {
+                    table,
+                    partition,
+                    txn,
+                    last_used,
+                    done,
+                } => match locks.lock(&table, partition, txn, last_used, now) {
+                    Ok(()) => started.push(done),
+                    Err(e) => {
+                        let _ = done.send(Err(e));
+                    }
+                },
+                CommitMsg::Commit {
+                    table,
+                    partition,
+                    txn,
+                    writes,
+                    done,
+                } => match locks.release(&table, &partition, txn, now) {
+                    Ok(()) if table.read_only.load(Ordering::Acquire) => {
+                        let _ = done.send(Err(table.read_only_error()));
+                    }
+                    Ok(()) => {
+                        bytes += writes
+                            .iter()
+                            .map(|w| w.key.len() + w.mutation.approx_bytes())
+                            .sum::<usize>();
+                        let n = writes.len();
+                        group.extend(writes);
+                        acks.push((done, n));
+                    }
+                    Err(e) => {
+                        let _ = done.send(Err(e));
+                    }
+                },
+                CommitMsg::Unlock { table, partition, txn } => {
+                    let _ = locks.release(&table, &partition, txn, now);
+                }
                 other => others.push(other),
             }
             if bytes < MAX_GROUP_BYTES {
@@ -143,15 +245,19 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
         }
         if !group.is_empty() {
             let conflicts = find_conflicts(&group);
-            let uncommitted: Vec<usize> = if conflicts.is_empty() && !group.iter().any(|w| w.probe) {
+            let mut refused = Vec::new();
+            let uncommitted: Vec<usize> = if conflicts.is_empty() && group.iter().all(|w| w.logged()) {
                 Vec::new()
             } else {
                 let out: Vec<usize> = (0..group.len())
-                    .filter(|i| group[*i].probe || conflicts.binary_search(i).is_ok())
+                    .filter(|i| !group[*i].logged() || conflicts.binary_search(i).is_ok())
                     .collect();
                 let mut i = 0;
-                group.retain(|_| {
+                group.retain_mut(|w| {
                     i += 1;
+                    if let Some(e) = w.refused.take() {
+                        refused.push((i - 1, e));
+                    }
                     out.binary_search(&(i - 1)).is_err()
                 });
                 out
@@ -193,10 +299,13 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 all[from..to].iter().map(|c| c - start).collect()
             };
             for (done, n) in acks {
+                let from = refused.partition_point(|(c, _)| *c < start);
+                let to = refused.partition_point(|(c, _)| *c < start + n);
                 let ack = CommitAck {
                     first_seq: next,
                     conflicts: mine(&conflicts, start, n),
                     uncommitted: mine(&uncommitted, start, n),
+                    refused: refused[from..to].iter().map(|(c, e)| (c - start, e.clone())).collect(),
                 };
                 next += (n - ack.uncommitted.len()) as u64;
                 start += n;
@@ -204,6 +313,9 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
             }
             maybe_freeze(&*host, &mut wal, &touched);
             stall_if_over_budget(&*host);
+        }
+        for done in started {
+            let _ = done.send(Ok(()));
         }
         for msg in others {
             match msg {
@@ -220,7 +332,10 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                     gc_wal(&*host, &mut wal);
                 }
                 CommitMsg::FlushDone => gc_wal(&*host, &mut wal),
-                CommitMsg::Write { .. } => {}
+                CommitMsg::Write { .. }
+                | CommitMsg::Lock { .. }
+                | CommitMsg::Commit { .. }
+                | CommitMsg::Unlock { .. } => {}
             }
         }
     }
@@ -237,6 +352,9 @@ fn find_conflicts(group: &[PendingWrite]) -> Vec<usize> {
     let mut written: std::collections::HashSet<(u64, &[u8])> = std::collections::HashSet::new();
     let mut out = Vec::new();
     for (i, w) in group.iter().enumerate() {
+        if w.refused.is_some() {
+            continue;
+        }
         if let Some(snapshot) = w.checked_at
             && (written.contains(&(w.table.id, &w.key[..])) || w.table.changed_since(&w.key, snapshot))
         {

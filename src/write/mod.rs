@@ -10,4 +10,5 @@
 
 pub(crate) mod committer;
 pub(crate) mod condition;
+pub(crate) mod locks;
 pub(crate) mod validate;

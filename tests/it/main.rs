@@ -25,6 +25,7 @@ mod segments;
 mod series;
 mod sql;
 mod torture;
+mod transactions;
 mod values;
 mod visibility;
 mod write_order;
