@@ -453,7 +453,13 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 .schema
                 .primary_key
                 .iter()
-                .map(|c| json!({"name": c.name, "type": c.pk_type.as_str()}))
+                .map(|c| {
+                    let mut j = json!({"name": c.name, "type": c.pk_type.as_str()});
+                    if c.auto_increment {
+                        j["auto_increment"] = json!(true);
+                    }
+                    j
+                })
                 .collect();
             let j = json!({
                 "name": d.schema.name,

@@ -464,6 +464,8 @@ fn describe(t: crate::db::table::Table) -> DfResult<datafusion::execution::Senda
         let ty = sql_type(crate::read::pk_value_type(c.pk_type));
         value.push(if i == 0 {
             format!("{ty} NOT NULL (partition key)")
+        } else if c.auto_increment {
+            format!("{ty} NOT NULL (auto-increment)")
         } else {
             format!("{ty} NOT NULL")
         });

@@ -45,17 +45,16 @@ pub(crate) fn precheck(schema: &TableSchema, w: &RowWrite) -> Result<(Vec<u8>, O
             cond.row.name()
         )));
     }
-    if let RowWrite::Update(u) = w
-        && u.actions.iter().any(|a| matches!(a, UpdateAction::Increment { .. }))
-    {
-        let mut names: Vec<&str> = u.actions.iter().map(|a| a.column()).collect();
-        names.sort_unstable();
-        if let Some(d) = names.windows(2).find(|p| p[0] == p[1]) {
-            return Err(Error::param(format!(
-                "column '{}' has more than one action in this UpdateRow with an increment; \
-                 an increment must be the column's only action",
-                d[0]
-            )));
+    if let RowWrite::Update(u) = w {
+        for a in &u.actions {
+            if let UpdateAction::Increment { name, .. } = a
+                && u.actions.iter().filter(|b| b.column() == name).count() > 1
+            {
+                return Err(Error::param(format!(
+                    "column '{name}' has an increment and another action in this UpdateRow; \
+                     an increment must be the column's only action"
+                )));
+            }
         }
     }
     Ok((key, placeholder))

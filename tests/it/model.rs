@@ -1,5 +1,7 @@
-//! The model test: random writes, reads, flushes, reopens, compactions and
-//! option changes against a plain in-memory reference (see `docs/model.md`).
+//! The model test: random writes (with conditions and increments), reads
+//! (with filters), flushes, reopens, compactions and option changes against
+//! a plain in-memory reference (see `docs/model.md`); and a second table
+//! with an auto-increment key whose assigned values the reference keeps.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,8 +38,77 @@ impl Model {
         v >= lo && v < now_s + self.opts.max_version_offset_secs
     }
 
-    /// Applies a write; returns whether it should succeed.
-    fn apply(&mut self, now: i64, key: &Key, w: &RowWrite) -> bool {
+    /// Whether the row passes a filter (the reference of `Filter`).
+    fn passes(&self, now: i64, row: Option<&ModelRow>, f: &Filter) -> bool {
+        let cells = row.and_then(|r| self.visible(now, r)).unwrap_or_default();
+        passes(&cells, f)
+    }
+
+    /// Checks a write's condition, then applies it; returns the error kind
+    /// it should fail with, or `None` when it should succeed.
+    fn apply(&mut self, now: i64, key: &Key, w: &RowWrite) -> Option<ErrorKind> {
+        let row = self.rows.get(key);
+        let exists = row.and_then(|r| self.visible(now, r)).is_some();
+        let cond = w.condition();
+        let ok = match cond.row {
+            RowExistence::Ignore => true,
+            RowExistence::ExpectExist => exists,
+            RowExistence::ExpectNotExist => !exists,
+        } && cond.column.as_ref().is_none_or(|f| exists && self.passes(now, row, f));
+        if !ok {
+            return Some(ErrorKind::ConditionCheckFail);
+        }
+        if let RowWrite::Update(u) = w {
+            // Increments: the newest visible value plus delta, at `now`.
+            let cells = row.and_then(|r| self.visible(now, r)).unwrap_or_default();
+            for a in &u.actions {
+                if let UpdateAction::Increment { name, delta } = a {
+                    let cur = cells.iter().find(|(n, _)| n == name).map(|(_, c)| &c[0].value);
+                    match cur {
+                        None => {}
+                        Some(Value::Integer(i)) if i.checked_add(*delta).is_some() => {}
+                        Some(_) => return Some(ErrorKind::ParameterInvalid),
+                    }
+                }
+            }
+            let sums: Vec<(String, i64)> = u
+                .actions
+                .iter()
+                .filter_map(|a| match a {
+                    UpdateAction::Increment { name, delta } => {
+                        let cur = cells.iter().find(|(n, _)| n == name).map(|(_, c)| &c[0].value);
+                        let base = match cur {
+                            Some(Value::Integer(i)) => *i,
+                            _ => 0,
+                        };
+                        Some((name.clone(), base + delta))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let plain = UpdateRow {
+                actions: u
+                    .actions
+                    .iter()
+                    .map(|a| match a {
+                        UpdateAction::Increment { name, .. } => UpdateAction::Put {
+                            name: name.clone(),
+                            value: Value::Integer(sums.iter().find(|(n, _)| n == name).unwrap().1),
+                            version: Some(now),
+                        },
+                        other => other.clone(),
+                    })
+                    .collect(),
+                ..u.clone()
+            };
+            return (!self.apply_plain(now, key, &RowWrite::Update(plain))).then_some(ErrorKind::ParameterInvalid);
+        }
+        (!self.apply_plain(now, key, w)).then_some(ErrorKind::ParameterInvalid)
+    }
+
+    /// Applies a write without a condition or increment; returns whether
+    /// its versions are in the window (else nothing changes).
+    fn apply_plain(&mut self, now: i64, key: &Key, w: &RowWrite) -> bool {
         match w {
             RowWrite::Put(p) => {
                 if !p.columns.iter().all(|c| self.window_ok(now, c.version.unwrap_or(now))) {
@@ -80,7 +151,7 @@ impl Model {
                         UpdateAction::DeleteAll { name } => {
                             row.columns.remove(name);
                         }
-                        UpdateAction::Increment { .. } => unreachable!("checked writes are applied by apply_checked"),
+                        UpdateAction::Increment { .. } => unreachable!("increments are turned into puts by apply"),
                     }
                 }
             }
@@ -206,6 +277,95 @@ fn random_write(rng: &mut StdRng, now: i64, key: &Key) -> RowWrite {
     }
 }
 
+/// The reference of a filter over a row's visible cells.
+fn passes(cells: &Cells, f: &Filter) -> bool {
+    use std::cmp::Ordering::*;
+    match f {
+        Filter::Column(c) => {
+            let Some((_, vs)) = cells.iter().find(|(n, _)| *n == c.column) else {
+                return c.pass_if_missing;
+            };
+            let n = if c.latest_version_only { 1 } else { vs.len() };
+            vs.iter().take(n).any(|cell| {
+                let o = match (&cell.value, &c.value) {
+                    (Value::Integer(x), Value::Integer(y)) => Some(x.cmp(y)),
+                    (Value::Double(x), Value::Double(y)) => x.partial_cmp(y),
+                    (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
+                    (Value::Binary(x), Value::Binary(y)) => Some(x.cmp(y)),
+                    (Value::Boolean(x), Value::Boolean(y)) => Some(x.cmp(y)),
+                    _ => None,
+                };
+                o.is_some_and(|o| match c.op {
+                    CompareOp::Eq => o == Equal,
+                    CompareOp::Ne => o != Equal,
+                    CompareOp::Gt => o == Greater,
+                    CompareOp::Ge => o != Less,
+                    CompareOp::Lt => o == Less,
+                    CompareOp::Le => o != Greater,
+                })
+            })
+        }
+        Filter::Not(f) => !passes(cells, f),
+        Filter::And(fs) => fs.iter().all(|f| passes(cells, f)),
+        Filter::Or(fs) => fs.iter().any(|f| passes(cells, f)),
+        Filter::ColumnPage { .. } => true,
+    }
+}
+
+fn random_filter(rng: &mut StdRng, depth: u32) -> Filter {
+    if depth > 0 && rng.random_range(0..3) == 0 {
+        return match rng.random_range(0..3) {
+            0 => Filter::Not(Box::new(random_filter(rng, depth - 1))),
+            1 => Filter::And(vec![random_filter(rng, depth - 1), random_filter(rng, depth - 1)]),
+            _ => Filter::Or(vec![random_filter(rng, depth - 1), random_filter(rng, depth - 1)]),
+        };
+    }
+    let ops = [
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Gt,
+        CompareOp::Ge,
+        CompareOp::Lt,
+        CompareOp::Le,
+    ];
+    Filter::Column(ColumnCondition {
+        column: COLS[rng.random_range(0..COLS.len())].into(),
+        op: ops[rng.random_range(0..ops.len())],
+        value: random_value(rng),
+        pass_if_missing: rng.random(),
+        latest_version_only: rng.random(),
+    })
+}
+
+/// Adds a random condition to some writes and an increment to some updates.
+fn with_extras(rng: &mut StdRng, w: RowWrite) -> RowWrite {
+    let condition = match rng.random_range(0..10) {
+        0..=5 => Condition::ignore(),
+        6 => Condition::expect_exist(),
+        7 => Condition::expect_not_exist(),
+        _ => Condition {
+            row: [RowExistence::Ignore, RowExistence::ExpectExist][rng.random_range(0..2)],
+            column: Some(random_filter(rng, 1)),
+        },
+    };
+    match w {
+        RowWrite::Put(p) => p.condition(condition).into(),
+        RowWrite::Delete(d) => d.condition(condition).into(),
+        RowWrite::Update(mut u) => {
+            if rng.random_range(0..3) == 0 {
+                // An increment, the only action on its column.
+                let name = COLS[rng.random_range(0..COLS.len())];
+                u.actions.retain(|a| a.column() != name);
+                u.actions.push(UpdateAction::Increment {
+                    name: name.into(),
+                    delta: [1, -3, 100, i64::MAX][rng.random_range(0..4)],
+                });
+            }
+            u.condition(condition).into()
+        }
+    }
+}
+
 fn key_of(row: &Row) -> Key {
     match (&row.primary_key.columns[0].1, &row.primary_key.columns[1].1) {
         (PkValue::Integer(c), PkValue::String(o)) => (*c, o.clone()),
@@ -240,6 +400,18 @@ async fn run_model(seed: u64, steps: usize) {
         opts: t.options(),
         ..Default::default()
     };
+    db.create_table(
+        TableSchema::new("a")
+            .pk("card", PkType::Integer)
+            .pk("id", PkType::Integer)
+            .auto_increment("id")
+            .unwrap(),
+        TableOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut a = db.table("a").unwrap();
+    let mut auto: BTreeMap<(i64, i64), Value> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut partial_since_full = false;
     let all_read = ReadOptions {
@@ -253,20 +425,73 @@ async fn run_model(seed: u64, steps: usize) {
             ORDERS[rng.random_range(0..ORDERS.len())].to_string(),
         );
         match rng.random_range(0..100) {
-            0..=54 => {
+            0..=49 => {
                 let w = random_write(&mut rng, now, &key);
-                let expect_ok = model.apply(now, &key, &w);
+                let w = with_extras(&mut rng, w);
+                let want = model.apply(now, &key, &w);
                 let got = t.write(w.clone()).await;
-                assert_eq!(got.is_ok(), expect_ok, "seed {seed} step {step}: {w:?} -> {got:?}");
+                assert_eq!(
+                    got.as_ref().err().map(|e| e.kind()),
+                    want,
+                    "seed {seed} step {step}: {w:?} -> {got:?}"
+                );
+            }
+            50..=54 => {
+                // The auto-increment table: a new row, or a change to a known one.
+                let card = key.0;
+                let value = random_value(&mut rng);
+                let known: Vec<i64> = auto.keys().filter(|(c, _)| *c == card).map(|(_, id)| *id).collect();
+                if known.is_empty() || rng.random() {
+                    let k = PrimaryKey::new().with("card", card).with("id", PkValue::AutoIncrement);
+                    let r = a.put_row(PutRow::new(k).column("v", value.clone())).await.unwrap();
+                    let PkValue::Integer(id) = r.row.unwrap().primary_key.columns[1].1 else {
+                        panic!()
+                    };
+                    let last = known.iter().max().copied().unwrap_or(i64::MIN);
+                    assert!(id > last, "seed {seed} step {step}: id {id} after {last}");
+                    auto.insert((card, id), value);
+                } else {
+                    let id = known[rng.random_range(0..known.len())];
+                    let k = PrimaryKey::new().with("card", card).with("id", id);
+                    a.put_row(PutRow::new(k).column("v", value.clone())).await.unwrap();
+                    auto.insert((card, id), value);
+                }
             }
             55..=69 => {
+                let mut read = all_read.clone();
+                if rng.random() {
+                    read.filter = Some(random_filter(&mut rng, 2));
+                }
                 let got = t
-                    .get_row(GetRow::new(pk(key.0, &key.1)).options(all_read.clone()))
+                    .get_row(GetRow::new(pk(key.0, &key.1)).options(read.clone()))
                     .await
                     .unwrap()
                     .row;
-                let want = model.rows.get(&key).and_then(|r| model.visible(now, r));
-                assert_eq!(got.map(|r| r.columns), want, "seed {seed} step {step}: get {key:?}");
+                let row = model.rows.get(&key);
+                let want = row
+                    .and_then(|r| model.visible(now, r))
+                    .filter(|_| read.filter.as_ref().is_none_or(|f| model.passes(now, row, f)));
+                assert_eq!(
+                    got.map(|r| r.columns),
+                    want,
+                    "seed {seed} step {step}: get {key:?} filter {:?}",
+                    read.filter
+                );
+                // The auto-increment table holds what the reference does.
+                let got: Vec<((i64, i64), Value)> = scan_all(&a, GetRange::new())
+                    .await
+                    .into_iter()
+                    .map(|r| {
+                        let (PkValue::Integer(c), PkValue::Integer(i)) =
+                            (&r.primary_key.columns[0].1, &r.primary_key.columns[1].1)
+                        else {
+                            panic!()
+                        };
+                        ((*c, *i), r.latest("v").unwrap().clone())
+                    })
+                    .collect();
+                let want: Vec<((i64, i64), Value)> = auto.iter().map(|(k, v)| (*k, v.clone())).collect();
+                assert_eq!(got, want, "seed {seed} step {step}: auto-increment table");
             }
             70..=79 => {
                 let backward = rng.random();
@@ -309,10 +534,11 @@ async fn run_model(seed: u64, steps: usize) {
             }
             80..=84 => t.flush().await.unwrap(),
             85..=87 => {
-                drop(t);
+                drop((t, a));
                 db.close().await.unwrap();
                 db = Database::open_with(dir.path(), small()).await.unwrap();
                 t = db.table("t").unwrap();
+                a = db.table("a").unwrap();
             }
             88..=89 => {
                 t.compact().await.unwrap();
