@@ -1,9 +1,14 @@
-//! Durable batched ingest of 7-column rows (issue target: >= 300k rows/s).
+//! Durable batched ingest of 7-column rows (issue target: >= 300k rows/s),
+//! plain and conditional.
 //!
 //! `cargo bench --bench ingest [-- ROWS]`: writes ROWS rows (default 2M) in
 //! BatchWriteRow-sized batches of 200 with 16 batches in flight, default
 //! durability (fsync before acknowledging, group commit), memtable flushes
-//! running as they would. Prints rows/s and MB/s of WAL.
+//! running as they would. Prints rows/s and MB of WAL. Then, interleaved
+//! over `CELLAR_BENCH_ROUNDS` rounds (default 3), the same load plain and
+//! with every PutRow conditional (EXPECT_NOT_EXIST on fresh keys: each
+//! write reads its row first, and the committer confirms it unchanged):
+//! medians and their ratio (target: conditional >= 50% of plain).
 //!
 //! Then the flush alone: `CELLAR_BENCH_FLUSH_ROWS` rows (default 1M, 0
 //! skips it) written into one memtable large enough to hold them (no
@@ -48,6 +53,40 @@ fn main() {
         );
         drop(t);
         db.close().await.unwrap();
+
+        let conditional = |i: u64| match common::row(i) {
+            RowWrite::Put(p) => RowWrite::Put(p.condition(Condition::expect_not_exist())),
+            other => other,
+        };
+        let (mut plain, mut checked) = (Vec::new(), Vec::new());
+        for round in 0..common::rounds(3) {
+            for (cond, out) in [(false, &mut plain), (true, &mut checked)] {
+                let dir = tempfile::tempdir().unwrap();
+                let db = Database::open(dir.path()).await.unwrap();
+                let t = common::bench_table(&db).await;
+                let start = Instant::now();
+                if cond {
+                    common::write_pipelined(&t, rows, conditional).await;
+                } else {
+                    common::write_pipelined(&t, rows, common::row).await;
+                }
+                let rate = rows as f64 / start.elapsed().as_secs_f64();
+                println!(
+                    "round {round}: {} put {rate:.0} rows/s",
+                    if cond { "conditional" } else { "plain" }
+                );
+                out.push(rate);
+                drop(t);
+                db.close().await.unwrap();
+            }
+        }
+        if !plain.is_empty() {
+            let (p, c) = (common::median(plain), common::median(checked));
+            println!(
+                "conditional put (expect_not_exist, fresh keys): {c:.0} rows/s vs plain {p:.0} rows/s = {:.0}% (medians)",
+                100.0 * c / p
+            );
+        }
 
         let flush_rows: u64 = std::env::var("CELLAR_BENCH_FLUSH_ROWS")
             .ok()

@@ -237,31 +237,3 @@ fn malformed_cli_invocations_get_clear_errors() {
     }
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_batch_entry_point_takes_at_most_200_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = cellar::Database::open(dir.path()).await.unwrap();
-    db.create_table(
-        cellar::TableSchema::new("t").pk("k", cellar::PkType::Integer),
-        cellar::TableOptions::default(),
-    )
-    .await
-    .unwrap();
-    let t = db.table("t").unwrap();
-    let writes = |n: i64| -> Vec<cellar::RowWrite> {
-        (0..n)
-            .map(|k| cellar::PutRow::new(cellar::PrimaryKey::new().with("k", k)).into())
-            .collect()
-    };
-    assert!(t.write_batch(writes(200)).await.unwrap().iter().all(|r| r.is_ok()));
-    let e = t.write_batch(writes(201)).await.unwrap_err();
-    assert_eq!(e.kind(), cellar::ErrorKind::ParameterInvalid);
-    assert!(e.message().contains("at most 200"), "{e}");
-    assert!(t.enqueue_batch(writes(201)).await.is_err());
-    let e = db
-        .batch_write(writes(201).into_iter().map(|w| ("t".to_string(), w)).collect())
-        .await
-        .unwrap_err();
-    assert_eq!(e.kind(), cellar::ErrorKind::ParameterInvalid);
-}

@@ -16,6 +16,7 @@ mod faults;
 mod filters;
 mod fuzz_corpus;
 mod golden;
+mod limits;
 mod model;
 mod ordering;
 mod power_loss;
