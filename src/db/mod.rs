@@ -128,7 +128,8 @@ impl Database {
     /// writer (syncing the WAL) and releases the directory lock. Dropping
     /// every handle does the same, except that a flush already running then
     /// finishes in the background and holds the lock until it is done.
-    /// Table handles keep the database open; drop them first.
+    /// Table handles (and queued writes, open transactions) keep the
+    /// database open; drop them first.
     pub async fn close(self) -> Result<()> {
         let shared = self.inner.shared.clone();
         shared.closed.store(true, Ordering::Release);

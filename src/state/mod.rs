@@ -229,9 +229,7 @@ impl TableInner {
         }
         st.segments
             .iter()
-            .rev()
-            .take_while(|s| s.meta.max_seq > seq)
-            .any(|s| s.min_key.as_slice() <= key && key <= s.max_key.as_slice())
+            .any(|s| s.meta.max_seq > seq && s.min_key.as_slice() <= key && key <= s.max_key.as_slice())
     }
 
     /// Smallest sequence not yet in a segment, if any write is unflushed.
