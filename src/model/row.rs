@@ -67,7 +67,7 @@ impl Mutation {
         }
         out.into_iter()
             .map(|(n, mut c)| {
-                c.sort_by(|a, b| b.version.cmp(&a.version));
+                c.sort_by_key(|c| std::cmp::Reverse(c.version));
                 (n, c)
             })
             .collect()
