@@ -14,13 +14,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::background::Shared;
 use super::catalog::CatalogFile;
-use super::queued::{Accepted, QueuedWrites};
+use super::queued::{Accepted, QueuedWrites, Requeue};
 use crate::compaction;
 use crate::error::{Error, ErrorKind, Result};
 use crate::flush;
 use crate::manifest::ManifestLog;
 use crate::model::api::{ReturnType, RowWrite, WriteResult};
-use crate::model::capacity::{self, CapacityUnit};
+use crate::model::capacity::CapacityUnit;
 use crate::model::row::Mutation;
 use crate::model::types::Row;
 use crate::state::{Snapshot, TableInner};
@@ -53,6 +53,15 @@ impl Drop for DbInner {
         if let Some(h) = self.committer.lock().take() {
             let _ = h.join();
         }
+    }
+}
+
+impl Requeue for DbInner {
+    fn requeue(
+        self: Arc<Self>,
+        writes: Vec<(String, RowWrite)>,
+    ) -> futures::future::BoxFuture<'static, Result<QueuedWrites>> {
+        Box::pin(async move { self.enqueue_many(writes).await })
     }
 }
 
@@ -143,7 +152,7 @@ impl DbInner {
         if t.read_only.load(Ordering::Acquire) {
             return Err(t.read_only_error());
         }
-        let mut consumed = CapacityUnit::write(capacity::write_bytes(&w));
+        let mut consumed = CapacityUnit::write(w.data_bytes());
         let return_type = w.return_type();
         let auto_increment = t.schema.auto_increment_column();
         let pk = (return_type != ReturnType::None || auto_increment.is_some()).then(|| w.primary_key().clone());

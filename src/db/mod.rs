@@ -28,6 +28,7 @@ mod inner;
 mod maintain;
 pub(crate) mod open;
 pub(crate) mod queued;
+mod reads;
 pub(crate) mod series;
 pub(crate) mod table;
 pub(crate) mod transaction;

@@ -11,9 +11,9 @@
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use super::inner::DbInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::api::{RowWrite, WriteResult};
 use crate::model::types::PkValue;
@@ -21,6 +21,12 @@ use crate::write::committer::CommitAck;
 
 /// How often a checked write is tried before `RowOperationConflict`.
 pub(crate) const MAX_ATTEMPTS: usize = 1000;
+
+/// Who queues writes again: the database (`DbInner::enqueue_many`).
+pub(crate) trait Requeue: Send + Sync {
+    /// Checks and queues `writes` (table name, write) as one group.
+    fn requeue(self: Arc<Self>, writes: Vec<(String, RowWrite)>) -> BoxFuture<'static, Result<QueuedWrites>>;
+}
 
 /// A write the committer has.
 pub(crate) struct Accepted {
@@ -38,12 +44,12 @@ pub(crate) struct Accepted {
     pub failed: Option<Error>,
 }
 
-/// Writes queued with the committer (see [`Table::enqueue_batch`](crate::Table::enqueue_batch)):
+/// Writes queued with the committer (see [`Table::enqueue_batch`](super::table::Table::enqueue_batch)):
 /// [`QueuedWrites::durable`] waits until they are durable and returns a
 /// result per write, in the order given.
 #[must_use = "queued writes are committed either way; durable() tells whether they were"]
 pub struct QueuedWrites {
-    db: Arc<DbInner>,
+    db: Arc<dyn Requeue>,
     /// Per write: an error for one refused before queueing.
     results: Vec<Result<Accepted>>,
     /// The committer's answer for the accepted writes; `None` when none was.
@@ -52,7 +58,7 @@ pub struct QueuedWrites {
 
 impl QueuedWrites {
     pub(crate) fn new(
-        db: Arc<DbInner>,
+        db: Arc<dyn Requeue>,
         results: Vec<Result<Accepted>>,
         ack: Option<oneshot::Receiver<Result<CommitAck>>>,
     ) -> Self {
@@ -125,7 +131,10 @@ impl QueuedWrites {
             }
             attempts += 1;
             let index: Vec<usize> = again.iter().map(|(i, _, _)| *i).collect();
-            let queued = db.enqueue_many(again.into_iter().map(|(_, t, w)| (t, w))).await?;
+            let queued = db
+                .clone()
+                .requeue(again.into_iter().map(|(_, t, w)| (t, w)).collect())
+                .await?;
             let (results, next) = queued.settle().await;
             for (k, r) in results.into_iter().enumerate() {
                 out[index[k]] = r;

@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use tokio::sync::oneshot;
 
 use super::inner::DbInner;
-use super::table::{read_range, read_row};
+use super::reads::{read_range, read_row};
 use crate::error::{Error, Result};
 use crate::memtable::Memtable;
 use crate::model::api::{GetRange, GetRow, GetRowResult, RangeResult, ReturnType, RowWrite, WriteResult};
-use crate::model::capacity::{self, CapacityUnit};
+use crate::model::capacity::CapacityUnit;
 use crate::model::key::{KeyRange, partition_prefix};
 use crate::model::types::{PkValue, PrimaryKey, Row};
 use crate::state::{Snapshot, TableInner};
@@ -39,7 +39,7 @@ use crate::write::{condition, validate};
 const TXN_SEQ_BASE: u64 = 1 << 62;
 
 /// An open local transaction on one partition key value of a table (see
-/// [`Table::start_transaction`](crate::Table::start_transaction)).
+/// [`Table::start_transaction`](super::table::Table::start_transaction)).
 pub struct Transaction {
     db: Arc<DbInner>,
     table: Arc<TableInner>,
@@ -166,7 +166,7 @@ impl Transaction {
         }
         self.check_partition(&key, &format!("{} at key {}", w.op_name(), w.primary_key()))?;
         let now = self.db.now_ms();
-        let mut consumed = CapacityUnit::write(capacity::write_bytes(&w));
+        let mut consumed = CapacityUnit::write(w.data_bytes());
         let snap = self.view(&st);
         let state = if w.reads_row() {
             consumed.read = 1;

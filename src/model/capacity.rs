@@ -10,7 +10,6 @@
 //! Invariant: every successful operation consumes at least 1 CU of the kind
 //! it is (read or write); a failed one reports none.
 
-use crate::model::api::{RowWrite, UpdateAction};
 use crate::model::types::{Cell, PrimaryKey};
 
 /// Bytes of row data one capacity unit covers.
@@ -83,29 +82,10 @@ pub(crate) fn cells_bytes(cells: &[(String, Vec<Cell>)]) -> usize {
         .sum()
 }
 
-/// Row data a write carries: its key, the values it puts (an increment
-/// counts as an INTEGER) and the names of the columns it deletes.
-pub(crate) fn write_bytes(w: &RowWrite) -> usize {
-    pk_bytes(w.primary_key())
-        + match w {
-            RowWrite::Put(p) => p.columns.iter().map(|c| c.name.len() + c.value.data_len()).sum(),
-            RowWrite::Update(u) => u
-                .actions
-                .iter()
-                .map(|a| match a {
-                    UpdateAction::Put { name, value, .. } => name.len() + value.data_len(),
-                    UpdateAction::Increment { name, .. } => name.len() + 8,
-                    UpdateAction::DeleteVersion { name, .. } | UpdateAction::DeleteAll { name } => name.len(),
-                })
-                .sum(),
-            RowWrite::Delete(_) => 0,
-        }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::api::PutRow;
+    use crate::model::api::{PutRow, RowWrite};
 
     #[test]
     fn units_round_up_with_a_minimum_of_one() {
@@ -117,7 +97,7 @@ mod tests {
         let w: RowWrite = PutRow::new(PrimaryKey::new().with("id", 1i64))
             .column("s", "x".repeat(5000))
             .into();
-        assert_eq!(write_bytes(&w), 5011);
-        assert_eq!(CapacityUnit::write(write_bytes(&w)).write, 2);
+        assert_eq!(w.data_bytes(), 5011);
+        assert_eq!(CapacityUnit::write(w.data_bytes()).write, 2);
     }
 }
