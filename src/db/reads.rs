@@ -68,6 +68,8 @@ pub(super) async fn read_range(
     let mut bytes = 0usize;
     let mut scanned = 0usize;
     let mut read_bytes = 0usize;
+    let types = t.schema.pk_types();
+    let pk_names: usize = t.schema.primary_key.iter().map(|c| c.name.len()).sum();
     while let Some((key, state)) = scan.next().await? {
         // A filter that passes few rows ends a response after
         // MAX_RANGE_SCANNED_ROWS rows looked at, however few it holds.
@@ -77,16 +79,18 @@ pub(super) async fn read_range(
         }
         scanned += 1;
         let before = read_bytes;
-        let row = visible_cells_counted(&state, now, &snap.options, &req.options, &mut read_bytes);
-        if row.is_none() && read_bytes == before {
+        let Some(columns) = visible_cells_counted(&state, now, &snap.options, &req.options, &mut read_bytes) else {
+            if read_bytes > before {
+                // Looked at, filtered out: its key is charged too (counted
+                // from the encoding, nothing decoded).
+                read_bytes += pk_names + key_value_bytes(&key, &types)?;
+            }
             continue;
-        }
+        };
         let primary_key = t.schema.decode_pk(&key)?;
         read_bytes += capacity::pk_bytes(&primary_key);
-        if let Some(columns) = row {
-            bytes += key.len() + capacity::cells_bytes(&columns);
-            out.rows.push(Row { primary_key, columns });
-        }
+        bytes += key.len() + capacity::cells_bytes(&columns);
+        out.rows.push(Row { primary_key, columns });
     }
     out.consumed = CapacityUnit::read(read_bytes);
     Ok(out)
@@ -130,4 +134,18 @@ fn check_read_options(o: &ReadOptions) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The value bytes of an encoded key (INTEGER 8, STRING / BINARY their
+/// length), without decoding it into values.
+fn key_value_bytes(key: &[u8], types: &[crate::model::types::PkType]) -> Result<usize> {
+    let mut n = 0;
+    crate::model::key::for_each_value(key, types.iter().copied(), |v| {
+        n += match v {
+            crate::model::key::PkRef::Integer(_) => 8,
+            crate::model::key::PkRef::Bytes(b) => b.len(),
+        };
+        Ok(())
+    })?;
+    Ok(n)
 }
