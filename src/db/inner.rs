@@ -22,7 +22,7 @@ use crate::manifest::ManifestLog;
 use crate::model::api::{ReturnType, RowWrite, WriteResult};
 use crate::model::capacity::CapacityUnit;
 use crate::model::row::Mutation;
-use crate::model::types::Row;
+use crate::model::types::{PkValue, Row};
 use crate::state::{Snapshot, TableInner};
 use crate::write::committer::{CommitAck, CommitMsg, PendingWrite};
 use crate::write::{condition, validate};
@@ -156,7 +156,14 @@ impl DbInner {
         let return_type = w.return_type();
         let auto_increment = t.schema.auto_increment_column();
         let pk = (return_type != ReturnType::None || auto_increment.is_some()).then(|| w.primary_key().clone());
-        let (v, checked_at, retry) = if w.reads_row() {
+        let new_row = w
+            .primary_key()
+            .columns
+            .iter()
+            .any(|(_, v)| *v == PkValue::AutoIncrement);
+        // A write with an auto-increment placeholder makes a new row (its
+        // condition is `ignore`): its increments start from nothing.
+        let (v, checked_at, retry) = if w.reads_row() && !new_row {
             let (key, _) = validate::precheck(&t.schema, &w)?;
             if !snapshots.iter().any(|(id, _)| *id == t.id) {
                 snapshots.push((t.id, t.snapshot(&self.shared.visible_seq)));

@@ -50,6 +50,10 @@ async fn values_increase_within_a_partition_across_batches_and_reopens() {
             db.create_table(schema(), TableOptions::default()).await.unwrap();
         }
         let t = db.table("log").unwrap();
+        // A row at the key the placeholder's bytes encode (id = i64::MIN).
+        t.put_row(PutRow::new(PrimaryKey::new().with("user", "c").with("id", i64::MIN)).column("hits", 100))
+            .await
+            .unwrap();
         for i in 0..20 {
             let user = ["a", "b"][i % 2];
             let r = t
@@ -68,6 +72,14 @@ async fn values_increase_within_a_partition_across_batches_and_reopens() {
             .map(|i| PutRow::new(new_row("c")).column("n", i).into())
             .collect();
         batch.push(UpdateRow::new(new_row("c")).put("n", 99).into());
+        // An increment on a new row starts from nothing (not from the row
+        // the placeholder's bytes would name).
+        batch.push(
+            UpdateRow::new(new_row("c"))
+                .increment("hits", 3)
+                .returning(ReturnType::AfterModify)
+                .into(),
+        );
         let got: Vec<i64> = t
             .write_batch(batch)
             .await
@@ -76,6 +88,9 @@ async fn values_increase_within_a_partition_across_batches_and_reopens() {
             .map(|r| id_of(&r.unwrap()))
             .collect();
         assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        let hits = PrimaryKey::new().with("user", "c").with("id", *got.last().unwrap());
+        let row = t.get_row(GetRow::new(hits)).await.unwrap().row.unwrap();
+        assert_eq!(row.latest("hits"), Some(&Value::Integer(3)));
         assert!(got[0] > *last.get("c").unwrap_or(&0));
         last.insert("c".into(), *got.last().unwrap());
         if round == 1 {
@@ -86,7 +101,11 @@ async fn values_increase_within_a_partition_across_batches_and_reopens() {
     }
     let db = Database::open(dir.path()).await.unwrap();
     let all = ids(&db.table("log").unwrap()).await;
-    assert_eq!(all.len(), 3 * 31);
+    assert_eq!(
+        all.len(),
+        3 * 32 + 1,
+        "32 new rows a round, and the one at id = i64::MIN"
+    );
     let mut seen = std::collections::HashSet::new();
     assert!(all.iter().all(|(_, id)| seen.insert(*id)), "ids are unique");
 }
