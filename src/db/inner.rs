@@ -112,8 +112,9 @@ impl DbInner {
         writes: impl IntoIterator<Item = (T, RowWrite)>,
     ) -> Result<QueuedWrites> {
         let now = self.now_ms();
-        let mut results = Vec::new();
-        let mut pending = Vec::new();
+        let writes = writes.into_iter();
+        let mut results = Vec::with_capacity(writes.size_hint().0);
+        let mut pending = Vec::with_capacity(writes.size_hint().0);
         let mut snapshots: Vec<(u64, Snapshot)> = Vec::new();
         for (table, w) in writes {
             let r = self
@@ -152,7 +153,6 @@ impl DbInner {
         if t.read_only.load(Ordering::Acquire) {
             return Err(t.read_only_error());
         }
-        let mut consumed = CapacityUnit::write(w.data_bytes());
         let return_type = w.return_type();
         let auto_increment = t.schema.auto_increment_column();
         let pk = (return_type != ReturnType::None || auto_increment.is_some()).then(|| w.primary_key().clone());
@@ -170,8 +170,7 @@ impl DbInner {
             }
             let snap = &snapshots.iter().find(|(id, _)| *id == t.id).expect("just added").1;
             let state = snap.get_state(&key, None).await?;
-            consumed.read = 1;
-            let retry = Some((table.to_string(), w.clone()));
+            let retry = Some(Box::new((table.to_string(), w.clone())));
             let checked = condition::check(&t.schema, &snap.options, now, &w, state.as_ref())
                 .and_then(|_| validate::to_mutation(&t.schema, &snap.options, now, w, state.as_ref()));
             match checked {
@@ -186,14 +185,13 @@ impl DbInner {
                         checked_at: Some(snap.seq),
                         auto_increment: None,
                         probe: true,
-                        refused: None,
                     };
                     let failed = Accepted {
                         result: WriteResult::default(),
                         slot: 0,
                         auto_increment: None,
                         retry,
-                        failed: Some(e),
+                        failed: Some(Box::new(e)),
                     };
                     return Ok((probe, failed));
                 }
@@ -209,6 +207,11 @@ impl DbInner {
                 _ => Vec::new(),
             },
         });
+        // A checked write also read its row: 1 read CU.
+        let consumed = CapacityUnit {
+            read: checked_at.is_some() as u64,
+            write: CapacityUnit::units(v.data_bytes),
+        };
         let accepted = Accepted {
             result: WriteResult { consumed, row },
             slot: 0,
@@ -223,7 +226,6 @@ impl DbInner {
             checked_at,
             auto_increment: v.auto_increment,
             probe: false,
-            refused: None,
         };
         Ok((pending, accepted))
     }

@@ -37,11 +37,11 @@ pub(crate) struct Accepted {
     pub auto_increment: Option<usize>,
     /// The table and the write again, for a write checked against a
     /// snapshot: queued anew when it conflicts.
-    pub retry: Option<(String, RowWrite)>,
+    pub retry: Option<Box<(String, RowWrite)>>,
     /// The write failed its condition (or increment) on its snapshot and
     /// went to the committer as a probe: this is its result unless the
     /// row changed since.
-    pub failed: Option<Error>,
+    pub failed: Option<Box<Error>>,
 }
 
 /// Writes queued with the committer (see [`Table::enqueue_batch`](super::table::Table::enqueue_batch)):
@@ -92,11 +92,11 @@ impl QueuedWrites {
                     if let Some((_, e)) = ack.refused.iter().find(|(s, _)| *s == a.slot) {
                         Err(e.clone())
                     } else if ack.conflicts.binary_search(&a.slot).is_ok() {
-                        let (table, w) = a.retry.take().expect("only checked writes conflict");
+                        let (table, w) = *a.retry.take().expect("only checked writes conflict");
                         again.push((i, table, w));
                         Err(Error::closed())
                     } else if let Some(e) = a.failed {
-                        Err(e)
+                        Err(*e)
                     } else {
                         if let (Some(col), Some(row)) = (a.auto_increment, a.result.row.as_mut()) {
                             row.primary_key.columns[col].1 = PkValue::Integer(ack.seq_of(a.slot) as i64);

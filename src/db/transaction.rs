@@ -166,10 +166,9 @@ impl Transaction {
         }
         self.check_partition(&key, &format!("{} at key {}", w.op_name(), w.primary_key()))?;
         let now = self.db.now_ms();
-        let mut consumed = CapacityUnit::write(w.data_bytes());
         let snap = self.view(&st);
-        let state = if w.reads_row() {
-            consumed.read = 1;
+        let reads = w.reads_row();
+        let state = if reads {
             let state = snap.get_state(&key, None).await?;
             condition::check(&self.table.schema, &snap.options, now, &w, state.as_ref())?;
             state
@@ -179,6 +178,10 @@ impl Transaction {
         let return_type = w.return_type();
         let pk = (return_type != ReturnType::None).then(|| w.primary_key().clone());
         let v = validate::to_mutation(&self.table.schema, &snap.options, now, w, state.as_ref())?;
+        let consumed = CapacityUnit {
+            read: reads as u64,
+            write: CapacityUnit::units(v.data_bytes),
+        };
         let row = pk.map(|primary_key| Row {
             primary_key,
             columns: match return_type {

@@ -380,26 +380,6 @@ impl RowWrite {
             || matches!(self, RowWrite::Update(u) if u.actions.iter().any(|a| matches!(a, UpdateAction::Increment { .. })))
     }
 
-    /// Row data the write carries, for capacity units: its key, the
-    /// values it puts (an increment counts as an INTEGER) and the names of
-    /// the columns it deletes.
-    pub(crate) fn data_bytes(&self) -> usize {
-        crate::model::capacity::pk_bytes(self.primary_key())
-            + match self {
-                RowWrite::Put(p) => p.columns.iter().map(|c| c.name.len() + c.value.data_len()).sum(),
-                RowWrite::Update(u) => u
-                    .actions
-                    .iter()
-                    .map(|a| match a {
-                        UpdateAction::Put { name, value, .. } => name.len() + value.data_len(),
-                        UpdateAction::Increment { name, .. } => name.len() + 8,
-                        UpdateAction::DeleteVersion { name, .. } | UpdateAction::DeleteAll { name } => name.len(),
-                    })
-                    .sum(),
-                RowWrite::Delete(_) => 0,
-            }
-    }
-
     /// The operation's name, for messages.
     pub(crate) fn op_name(&self) -> &'static str {
         match self {

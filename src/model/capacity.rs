@@ -85,7 +85,6 @@ pub(crate) fn cells_bytes(cells: &[(String, Vec<Cell>)]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::api::{PutRow, RowWrite};
 
     #[test]
     fn units_round_up_with_a_minimum_of_one() {
@@ -93,11 +92,9 @@ mod tests {
         assert_eq!(CapacityUnit::units(1), 1);
         assert_eq!(CapacityUnit::units(4096), 1);
         assert_eq!(CapacityUnit::units(4097), 2);
-        // "id" (2) + 8 + "s" (1) + 5000 bytes = 5011 bytes: 2 CU
-        let w: RowWrite = PutRow::new(PrimaryKey::new().with("id", 1i64))
-            .column("s", "x".repeat(5000))
-            .into();
-        assert_eq!(w.data_bytes(), 5011);
-        assert_eq!(CapacityUnit::write(w.data_bytes()).write, 2);
+        assert_eq!(
+            pk_bytes(&PrimaryKey::new().with("id", 1i64).with("s", "abc")),
+            2 + 8 + 1 + 3
+        );
     }
 }

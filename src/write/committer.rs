@@ -52,9 +52,6 @@ pub(crate) struct PendingWrite {
     /// Only a conflict check (of a write that failed its condition on its
     /// snapshot): never logged, never applied.
     pub probe: bool,
-    /// Set by the committer: the write is refused (its partition is held
-    /// by a local transaction).
-    pub refused: Option<Error>,
 }
 
 impl PendingWrite {
@@ -67,12 +64,7 @@ impl PendingWrite {
             checked_at: None,
             auto_increment: None,
             probe: false,
-            refused: None,
         }
-    }
-
-    fn logged(&self) -> bool {
-        !self.probe && self.refused.is_none()
     }
 }
 
@@ -165,8 +157,13 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
     let mut payload = Vec::with_capacity(1 << 20);
     let mut failed: Option<Error> = None;
     let mut locks = PartitionLocks::default();
+    // Reused from group to group: a group of thousands of writes would
+    // otherwise grow a fresh vector (and have the kernel zero its pages)
+    // every time.
+    let mut group: Vec<PendingWrite> = Vec::new();
     while let Some(first) = rx.blocking_recv() {
-        let mut group = Vec::new();
+        // Writes refused by a transaction's lock: (index in the group, why).
+        let mut refused: Vec<(usize, Error)> = Vec::new();
         let mut acks = Vec::new();
         // Transactions started in this round: answered once the writes
         // queued before them are visible.
@@ -177,7 +174,7 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
         let now = host.now_ms();
         while let Some(msg) = next.take() {
             match msg {
-                CommitMsg::Write { mut writes, done } => {
+                CommitMsg::Write { writes, done } => {
                     // An archive sets the flag before it freezes the
                     // memtable, so a write committed after the freeze
                     // cannot be lost with the local copy.
@@ -186,8 +183,10 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                         let _ = done.send(Err(w.table.read_only_error()));
                     } else {
                         if !locks.is_empty() {
-                            for w in writes.iter_mut().filter(|w| !w.probe) {
-                                w.refused = locks.check(&w.table, &w.key, now);
+                            for (i, w) in writes.iter().enumerate().filter(|(_, w)| !w.probe) {
+                                if let Some(e) = locks.check(&w.table, &w.key, now) {
+                                    refused.push((group.len() + i, e));
+                                }
                             }
                         }
                         bytes += writes
@@ -244,24 +243,22 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
             }
         }
         if !group.is_empty() {
-            let conflicts = find_conflicts(&group);
-            let mut refused = Vec::new();
-            let uncommitted: Vec<usize> = if conflicts.is_empty() && group.iter().all(|w| w.logged()) {
-                Vec::new()
-            } else {
-                let out: Vec<usize> = (0..group.len())
-                    .filter(|i| !group[*i].logged() || conflicts.binary_search(i).is_ok())
-                    .collect();
-                let mut i = 0;
-                group.retain_mut(|w| {
-                    i += 1;
-                    if let Some(e) = w.refused.take() {
-                        refused.push((i - 1, e));
-                    }
-                    out.binary_search(&(i - 1)).is_err()
-                });
-                out
-            };
+            let conflicts = find_conflicts(&group, &refused);
+            let uncommitted: Vec<usize> =
+                if conflicts.is_empty() && refused.is_empty() && !group.iter().any(|w| w.probe) {
+                    Vec::new()
+                } else {
+                    let is_refused = |i: usize| refused.binary_search_by_key(&i, |(c, _)| *c).is_ok();
+                    let out: Vec<usize> = (0..group.len())
+                        .filter(|i| group[*i].probe || is_refused(*i) || conflicts.binary_search(i).is_ok())
+                        .collect();
+                    let mut i = 0;
+                    group.retain(|_| {
+                        i += 1;
+                        out.binary_search(&(i - 1)).is_err()
+                    });
+                    out
+                };
             let mut touched: Vec<Arc<TableInner>> = Vec::new();
             for w in &group {
                 if !touched.iter().any(|t| Arc::ptr_eq(t, &w.table)) {
@@ -278,8 +275,9 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 )),
                 // Nothing to log: probes and conflicts only.
                 None if group.is_empty() => Ok(next_seq),
-                None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, group),
+                None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, &mut group),
             };
+            group.clear();
             if let Err(e) = &result
                 && wal.is_poisoned()
             {
@@ -345,14 +343,14 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
 /// The writes of `group` (indices, ascending) whose condition no longer
 /// holds for certain: their row has a write committed after the snapshot
 /// they were checked against, or an earlier write in this group.
-fn find_conflicts(group: &[PendingWrite]) -> Vec<usize> {
+fn find_conflicts(group: &[PendingWrite], refused: &[(usize, Error)]) -> Vec<usize> {
     if group.iter().all(|w| w.checked_at.is_none()) {
         return Vec::new();
     }
     let mut written: std::collections::HashSet<(u64, &[u8])> = std::collections::HashSet::new();
     let mut out = Vec::new();
     for (i, w) in group.iter().enumerate() {
-        if w.refused.is_some() {
+        if refused.binary_search_by_key(&i, |(c, _)| *c).is_ok() {
             continue;
         }
         if let Some(snapshot) = w.checked_at
@@ -375,7 +373,7 @@ fn commit_group(
     wal: &mut WalWriter,
     next_seq: &mut u64,
     payload: &mut Vec<u8>,
-    mut group: Vec<PendingWrite>,
+    group: &mut Vec<PendingWrite>,
 ) -> Result<u64> {
     let first = *next_seq;
     payload.clear();
@@ -395,7 +393,7 @@ fn commit_group(
     host.wal_bytes().fetch_add(payload.len() as u64, Ordering::Relaxed);
     *next_seq = last + 1;
     let mut current: Option<(u64, Arc<crate::memtable::Memtable>)> = None;
-    for (i, w) in group.into_iter().enumerate() {
+    for (i, w) in group.drain(..).enumerate() {
         let active = match &current {
             Some((id, m)) if *id == w.table.id => m.clone(),
             _ => {

@@ -19,6 +19,10 @@ pub(crate) struct Validated {
     pub mutation: Mutation,
     /// Where the auto-increment placeholder's 8 bytes are in `key`.
     pub auto_increment: Option<usize>,
+    /// Row data the write carries, for capacity units: its key, the values
+    /// it puts (an increment's sum included) and the names of the columns
+    /// it deletes.
+    pub data_bytes: usize,
 }
 
 /// The checks that need no read of the row: the key (and where an
@@ -108,6 +112,9 @@ pub(crate) fn to_mutation(
 ) -> Result<Validated> {
     let (key, auto_increment) = precheck(schema, &w)?;
     let mut row_bytes = crate::model::capacity::pk_bytes(w.primary_key());
+    // Names of deleted columns: not row data for the size limit, but
+    // charged in capacity units.
+    let mut deleted_names = 0usize;
     let mut check_cell = |name: &str, value: Option<&Value>, version: Option<i64>| -> Result<()> {
         validate_name("column", name)?;
         if schema.is_pk_column(name) {
@@ -127,6 +134,8 @@ pub(crate) fn to_mutation(
                 ));
             }
             row_bytes += name.len() + v.data_len();
+        } else {
+            deleted_names += name.len();
         }
         if let Some(version) = version {
             check_version(schema, opts, now_ms, name, version)?;
@@ -218,6 +227,7 @@ pub(crate) fn to_mutation(
         key,
         mutation,
         auto_increment,
+        data_bytes: row_bytes + deleted_names,
     })
 }
 
