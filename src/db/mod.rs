@@ -142,6 +142,14 @@ impl Database {
         tokio::task::spawn_blocking(move || drop(inner))
             .await
             .map_err(|e| Error::io("close", e))?;
+        // A background task lets go of `Shared` (and with it the directory
+        // lock) a moment after it counts itself done: wait for that, so a
+        // reopen right after close finds the directory free. (Handles
+        // still held elsewhere keep it; then this gives up after 1 s.)
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while Arc::strong_count(&shared) > 1 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         Ok(())
     }
 

@@ -172,3 +172,34 @@ async fn unreferenced_files_are_deleted_at_open() {
         Some(&Value::Integer(1))
     );
 }
+
+/// `close()` returns only once the directory lock is released: reopening
+/// right after it never finds the directory in use, even when background
+/// flushes and compactions were running to the last moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopen_right_after_close_finds_the_directory_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || DbOptions {
+        compaction_trigger_runs: 2,
+        ..DbOptions::default().memtable_bytes(4 << 10)
+    };
+    for round in 0..150i64 {
+        let db = Database::open_with(dir.path(), opts())
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        if round == 0 {
+            db.create_table(TableSchema::new("t").pk("k", PkType::Integer), TableOptions::default())
+                .await
+                .unwrap();
+        }
+        let t = db.table("t").unwrap();
+        let batch: Vec<RowWrite> = (0..200)
+            .map(|i| PutRow::new(PrimaryKey::new().with("k", i)).column("r", round).into())
+            .collect();
+        for r in t.write_batch(batch).await.unwrap() {
+            r.unwrap();
+        }
+        drop(t);
+        db.close().await.unwrap();
+    }
+}
