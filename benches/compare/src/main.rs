@@ -1,0 +1,109 @@
+//! `cellar-compare`: Cellar side by side with other engines, on the same
+//! data, in one run (see BENCHMARKS.md, "Side by side").
+//!
+//! The parent process runs each engine in a child process of its own (the
+//! same binary, `engine NAME`), so that peak memory and bytes written are
+//! each engine's alone, then writes the report.
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+mod data;
+mod engines;
+mod report;
+mod workloads;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cellar-compare",
+    about = "Cellar side by side with other engines on the same data"
+)]
+struct Cli {
+    /// A short run (100k rows, fewer operations): under 5 minutes
+    #[arg(long, global = true)]
+    quick: bool,
+    /// Data set sizes in rows (default 1000000,10000000; --quick: 100000)
+    #[arg(long, value_delimiter = ',', global = true)]
+    rows: Option<Vec<u64>>,
+    /// Engines to run (default: all this build has)
+    #[arg(long, value_delimiter = ',')]
+    engines: Option<Vec<String>>,
+    /// Where the report goes
+    #[arg(long, default_value = "benches/results")]
+    out: PathBuf,
+    /// Where the engines' data goes (default: the system's temporary directory)
+    #[arg(long, global = true)]
+    scratch: Option<PathBuf>,
+    /// The data set's seed
+    #[arg(long, default_value_t = 42, global = true)]
+    seed: u64,
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(Subcommand)]
+enum Sub {
+    /// (internal) Run every workload against one engine; print JSON
+    Engine { name: String },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rows = cli.rows.clone().unwrap_or(if cli.quick {
+        vec![100_000]
+    } else {
+        vec![1_000_000, 10_000_000]
+    });
+    let scratch = cli.scratch.clone().unwrap_or_else(std::env::temp_dir);
+    let sizes = workloads::Sizes::new(cli.quick);
+    match &cli.command {
+        Some(Sub::Engine { name }) => {
+            let data = data::DataSet::new(cli.seed, rows[0]);
+            match workloads::run_engine(name, data, sizes, &scratch) {
+                Ok(j) => println!("{j}"),
+                Err(e) => {
+                    eprintln!("cellar-compare: {name}: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        None => {
+            let engines = cli
+                .engines
+                .clone()
+                .unwrap_or_else(|| engines::names().into_iter().map(String::from).collect());
+            let mut all = Vec::new();
+            for &n in &rows {
+                for name in &engines {
+                    eprintln!("== {name}, {n} rows");
+                    let exe = std::env::current_exe().expect("own path");
+                    let mut cmd = Command::new(exe);
+                    cmd.args(["--rows", &n.to_string(), "--seed", &cli.seed.to_string()]);
+                    cmd.arg("--scratch").arg(&scratch);
+                    if cli.quick {
+                        cmd.arg("--quick");
+                    }
+                    cmd.args(["engine", name]);
+                    let out = cmd.output().expect("start an engine process");
+                    if !out.status.success() {
+                        eprintln!("{name} failed: {}", String::from_utf8_lossy(&out.stderr));
+                        continue;
+                    }
+                    match serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                        Ok(j) => all.push(j),
+                        Err(e) => eprintln!("{name}: unreadable results ({e})"),
+                    }
+                }
+            }
+            if let Err(e) = report::write(&cli.out, &all, cli.quick) {
+                eprintln!("cellar-compare: report: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+}

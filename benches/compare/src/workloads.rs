@@ -1,0 +1,316 @@
+//! The workloads, run against one engine in its own process (so that peak
+//! memory and bytes written are that engine's alone).
+//!
+//! L bulk load (random and key order), C point get of the latest version,
+//! E short range (one card's rows, up to 100), V get of 3 versions, U
+//! upsert (half new keys, half existing), A 50/50 get / update of 1-3
+//! columns. Writes go in batches of 200, each durable before it counts;
+//! loads use several writer threads so that engines with group commit can
+//! use it. Reads and A run on one thread, for their latency.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value as Json, json};
+
+use crate::data::{CATEGORIES, DataSet, Record};
+use crate::engines::{self, Engine, Key, Result};
+
+/// Rows per write batch.
+pub const BATCH: usize = 200;
+/// Threads that write during a load.
+pub const WRITERS: usize = 4;
+
+/// How much each workload does.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    pub reads: usize,
+    pub upserts: usize,
+    pub mixed: usize,
+}
+
+impl Sizes {
+    pub fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                reads: 5_000,
+                upserts: 10_000,
+                mixed: 2_000,
+            }
+        } else {
+            Sizes {
+                reads: 100_000,
+                upserts: 100_000,
+                mixed: 20_000,
+            }
+        }
+    }
+}
+
+fn bar(name: &str, len: u64) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template("{prefix:>24} [{bar:30}] {pos}/{len} {per_sec} {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    b.set_prefix(name.to_string());
+    b
+}
+
+/// Bytes this process has caused to be written to storage.
+fn bytes_written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("write_bytes:").and_then(|v| v.trim().parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Peak resident memory of this process, bytes.
+pub fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Timings of one workload.
+struct Timed {
+    ops: usize,
+    wall: Duration,
+    latencies_us: Vec<f64>,
+    written: u64,
+}
+
+impl Timed {
+    fn json(mut self, workload: &str) -> Json {
+        self.latencies_us.sort_by(f64::total_cmp);
+        let pct = |p: f64| {
+            self.latencies_us
+                .get(((self.latencies_us.len() as f64 - 1.0) * p).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        json!({
+            "workload": workload,
+            "ops": self.ops,
+            "secs": self.wall.as_secs_f64(),
+            "ops_per_sec": self.ops as f64 / self.wall.as_secs_f64(),
+            "p50_us": pct(0.5),
+            "p99_us": pct(0.99),
+            "bytes_written": self.written,
+        })
+    }
+}
+
+/// Loads `order` with WRITERS threads, BATCH rows per durable write.
+/// Latencies are per batch.
+fn load(e: &dyn Engine, data: &DataSet, order: &[u64], name: &str) -> Result<Timed> {
+    let b = bar(name, order.len() as u64);
+    let next = AtomicUsize::new(0);
+    let w0 = bytes_written();
+    let start = Instant::now();
+    let lat = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                s.spawn(|| -> Result<Vec<f64>> {
+                    let mut lat = Vec::new();
+                    loop {
+                        let i = next.fetch_add(BATCH, Ordering::Relaxed);
+                        if i >= order.len() {
+                            return Ok(lat);
+                        }
+                        let batch: Vec<Record> = order[i..(i + BATCH).min(order.len())]
+                            .iter()
+                            .map(|&j| data.record(j))
+                            .collect();
+                        let t = Instant::now();
+                        e.write(&batch)?;
+                        lat.push(t.elapsed().as_secs_f64() * 1e6);
+                        b.inc(batch.len() as u64);
+                    }
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for w in workers {
+            all.extend(w.join().map_err(|_| "a writer thread panicked".to_string())??);
+        }
+        Ok::<_, String>(all)
+    })?;
+    let wall = start.elapsed();
+    b.finish_and_clear();
+    Ok(Timed {
+        ops: order.len(),
+        wall,
+        latencies_us: lat,
+        written: bytes_written() - w0,
+    })
+}
+
+/// Runs `op` `n` times on one thread, timing each.
+fn each(name: &str, n: usize, mut op: impl FnMut(usize) -> Result<()>) -> Result<Timed> {
+    let b = bar(name, n as u64);
+    let w0 = bytes_written();
+    let mut lat = Vec::with_capacity(n);
+    let start = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        op(i)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        if i % 256 == 0 {
+            b.set_position(i as u64);
+        }
+    }
+    let wall = start.elapsed();
+    b.finish_and_clear();
+    Ok(Timed {
+        ops: n,
+        wall,
+        latencies_us: lat,
+        written: bytes_written() - w0,
+    })
+}
+
+/// Every workload against engine `name`, in a fresh directory under
+/// `scratch`; the results as JSON.
+pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path) -> Result<Json> {
+    let mut results = Vec::new();
+    let mut rng = StdRng::seed_from_u64(data.seed ^ 0xC0FFEE);
+    // L, key order, in a directory of its own.
+    {
+        let dir = tempfile::tempdir_in(scratch).map_err(|e| e.to_string())?;
+        let e = engines::open(name, dir.path())?;
+        let t = load(&*e, &data, &data.sorted_order(), &format!("{name} L sorted"))?;
+        let mut j = t.json("L sorted");
+        j["bytes_on_disk"] = json!(engines::dir_bytes(dir.path()));
+        results.push(j);
+    }
+    let dir = tempfile::tempdir_in(scratch).map_err(|e| e.to_string())?;
+    let e = engines::open(name, dir.path())?;
+    let t = load(&*e, &data, &data.random_order(), &format!("{name} L random"))?;
+    let mut j = t.json("L random");
+    j["bytes_on_disk"] = json!(engines::dir_bytes(dir.path()));
+    results.push(j);
+    e.settle()?;
+    let on_disk = engines::dir_bytes(dir.path());
+
+    let key = |rng: &mut StdRng| Key::of(&data.record(rng.random_range(0..data.rows)));
+    let t = each(&format!("{name} C get"), sizes.reads, |_| {
+        let k = key(&mut rng);
+        e.get(&k)?.map(|_| ()).ok_or_else(|| format!("row {k:?} missing"))
+    })?;
+    results.push(t.json("C get"));
+    let mut rng = StdRng::seed_from_u64(data.seed ^ 0xE);
+    let t = each(&format!("{name} E range"), sizes.reads / 4, |_| {
+        let card = rng.random_range(0..data.cards()) as i64;
+        e.card_rows(card, 100).map(|_| ())
+    })?;
+    results.push(t.json("E range"));
+    // V: records with 3 versions are every tenth on average; pick among them.
+    let versioned: Vec<u64> = (0..data.rows.min(200_000))
+        .filter(|&i| data.record(i).amounts.len() == 3)
+        .collect();
+    let mut rng = StdRng::seed_from_u64(data.seed ^ 0x5);
+    let t = each(&format!("{name} V versions"), sizes.reads, |_| {
+        let r = data.record(versioned[rng.random_range(0..versioned.len())]);
+        let got = e.versions(&Key::of(&r), 3)?;
+        if got.len() != 3 {
+            return Err(format!("{} versions of {:?}, expected 3", got.len(), Key::of(&r)));
+        }
+        Ok(())
+    })?;
+    results.push(t.json("V 3 versions"));
+    // A: 50/50 get / update of 1-3 columns.
+    let mut rng = StdRng::seed_from_u64(data.seed ^ 0xA);
+    let t = each(&format!("{name} A get/update"), sizes.mixed, |i| {
+        let k = key(&mut rng);
+        if i % 2 == 0 {
+            e.get(&k).map(|_| ())
+        } else {
+            let cols = rng.random_range(1..=3);
+            let category = (cols >= 2).then(|| CATEGORIES[rng.random_range(0..CATEGORIES.len())]);
+            let time = (cols == 3).then(|| rng.random_range(0..1_000_000_000));
+            e.update(&k, rng.random_range(1..5000) as f64 / 100.0, category, time)
+        }
+    })?;
+    results.push(t.json("A get/update 50/50"));
+    // U: half new keys, half existing keys with new values.
+    let upsert = UpsertSet {
+        base: data,
+        fresh: DataSet::new(data.seed ^ 0xFEED, data.rows + sizes.upserts as u64),
+    };
+    let order: Vec<u64> = (0..sizes.upserts as u64)
+        .map(|i| {
+            if i % 2 == 0 {
+                data.rows + i
+            } else {
+                rng.random_range(0..data.rows)
+            }
+        })
+        .collect();
+    let t = load_upserts(&*e, &upsert, &order, &format!("{name} U upsert"))?;
+    results.push(t.json("U upsert"));
+    drop(e);
+    Ok(json!({
+        "engine": name,
+        "rows": data.rows,
+        "bytes_on_disk": on_disk,
+        "peak_rss": peak_rss(),
+        "results": results,
+    }))
+}
+
+/// Upserts: row `i` < base.rows is an existing key with new values; above,
+/// a new record.
+struct UpsertSet {
+    base: DataSet,
+    fresh: DataSet,
+}
+
+impl UpsertSet {
+    fn record(&self, i: u64) -> Record {
+        let mut r = self.fresh.record(i);
+        if i < self.base.rows {
+            let old = self.base.record(i);
+            r.card_id = old.card_id;
+            r.seller_id = old.seller_id;
+            r.device_id = old.device_id;
+            r.order_no = old.order_no;
+        }
+        r
+    }
+}
+
+fn load_upserts(e: &dyn Engine, set: &UpsertSet, order: &[u64], name: &str) -> Result<Timed> {
+    let b = bar(name, order.len() as u64);
+    let w0 = bytes_written();
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    for chunk in order.chunks(BATCH) {
+        let batch: Vec<Record> = chunk.iter().map(|&i| set.record(i)).collect();
+        let t = Instant::now();
+        e.write(&batch)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        b.inc(batch.len() as u64);
+    }
+    let wall = start.elapsed();
+    b.finish_and_clear();
+    Ok(Timed {
+        ops: order.len(),
+        wall,
+        latencies_us: lat,
+        written: bytes_written() - w0,
+    })
+}
