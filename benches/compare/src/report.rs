@@ -30,15 +30,17 @@ pub fn write(out: &std::path::Path, all: &[Json], quick: bool) -> Result<(), Str
             md,
             "| workload | engine | ops/s | p50 us | p99 us | MB written | Cellar's ops/s ratio |\n|---|---|---|---|---|---|---|"
         );
-        let workloads: Vec<String> = runs
-            .first()
-            .and_then(|j| j["results"].as_array())
-            .map(|r| {
-                r.iter()
-                    .filter_map(|w| w["workload"].as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        // Every workload any engine ran, in the order first met.
+        let mut workloads: Vec<String> = Vec::new();
+        for j in &runs {
+            for w in j["results"].as_array().into_iter().flatten() {
+                if let Some(w) = w["workload"].as_str()
+                    && !workloads.iter().any(|x| x == w)
+                {
+                    workloads.push(w.to_string());
+                }
+            }
+        }
         for w in &workloads {
             let find = |j: &Json| -> Option<Json> {
                 j["results"]

@@ -30,6 +30,8 @@ pub struct Sizes {
     pub reads: usize,
     pub upserts: usize,
     pub mixed: usize,
+    /// Runs of each SQL query.
+    pub queries: usize,
 }
 
 impl Sizes {
@@ -39,12 +41,14 @@ impl Sizes {
                 reads: 5_000,
                 upserts: 10_000,
                 mixed: 2_000,
+                queries: 3,
             }
         } else {
             Sizes {
                 reads: 100_000,
                 upserts: 100_000,
                 mixed: 20_000,
+                queries: 5,
             }
         }
     }
@@ -246,6 +250,33 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
         }
     })?;
     results.push(t.json("A get/update 50/50"));
+    // S: SQL aggregates (engines with SQL).
+    let span = data.rows as i64 * 50;
+    let queries = [
+        (
+            "S group by seller",
+            "SELECT seller_id, count(*), sum(amount) FROM t GROUP BY seller_id".to_string(),
+        ),
+        (
+            "S time window + device",
+            format!(
+                "SELECT count(*), sum(amount) FROM t WHERE device_time >= {} AND device_time < {} AND device_id = 'd3'",
+                crate::data::T0 + span * 4 / 10,
+                crate::data::T0 + span / 2
+            ),
+        ),
+        (
+            "S top-10 cards",
+            "SELECT card_id, sum(amount) AS total FROM t GROUP BY card_id ORDER BY total DESC LIMIT 10".to_string(),
+        ),
+        ("S count distinct", "SELECT count(DISTINCT card_id) FROM t".to_string()),
+    ];
+    if e.sql("SELECT 1")?.is_some() {
+        for (what, q) in &queries {
+            let t = each(&format!("{name} {what}"), sizes.queries, |_| e.sql(q).map(|_| ()))?;
+            results.push(t.json(what));
+        }
+    }
     // U: half new keys, half existing keys with new values.
     let upsert = UpsertSet {
         base: data,

@@ -11,6 +11,7 @@ pub struct CellarEngine {
     rt: tokio::runtime::Runtime,
     db: Option<Database>,
     table: Table,
+    sql: cellar::sql::SqlSession,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -53,10 +54,12 @@ impl CellarEngine {
             let t = db.table("t").map_err(err)?;
             Ok::<_, String>((db, t))
         })?;
+        let sql = cellar::sql::SqlSession::new(db.clone());
         Ok(CellarEngine {
             rt,
             db: Some(db),
             table,
+            sql,
         })
     }
 }
@@ -154,6 +157,11 @@ impl Engine for CellarEngine {
                 })
                 .collect())
         })
+    }
+
+    fn sql(&self, query: &str) -> Result<Option<usize>> {
+        let batches = self.rt.block_on(self.sql.query(query)).map_err(err)?;
+        Ok(Some(batches.iter().map(|b| b.num_rows()).sum()))
     }
 
     fn settle(&self) -> Result<()> {

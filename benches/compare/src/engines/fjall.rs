@@ -155,6 +155,10 @@ impl Engine for FjallEngine {
         Ok(out)
     }
 
+    fn sql(&self, _query: &str) -> Result<Option<usize>> {
+        Ok(None)
+    }
+
     fn settle(&self) -> Result<()> {
         for p in [&self.rows, &self.versions] {
             p.rotate_memtable_and_wait().map_err(err)?;

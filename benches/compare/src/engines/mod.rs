@@ -47,6 +47,9 @@ pub trait Engine: Send + Sync {
     fn update(&self, key: &Key, amount: f64, category: Option<&str>, device_time: Option<i64>) -> Result<()>;
     /// The newest `n` versions of `amount`, newest first.
     fn versions(&self, key: &Key, n: usize) -> Result<Vec<f64>>;
+    /// Runs a SQL query over table `t`; the number of result rows, or
+    /// `None` when the engine has no SQL.
+    fn sql(&self, query: &str) -> Result<Option<usize>>;
     /// Makes everything written so far part of the engine's read-optimised
     /// form, as its own docs suggest before heavy reads (a flush and
     /// compaction, a checkpoint); not timed as part of any workload.

@@ -203,6 +203,18 @@ impl Engine for SqliteEngine {
         })
     }
 
+    fn sql(&self, query: &str) -> Result<Option<usize>> {
+        self.with(|c| {
+            let mut st = c.prepare_cached(query).map_err(err)?;
+            let mut rows = st.query([]).map_err(err)?;
+            let mut n = 0;
+            while rows.next().map_err(err)?.is_some() {
+                n += 1;
+            }
+            Ok(Some(n))
+        })
+    }
+
     fn settle(&self) -> Result<()> {
         self.with(|c| {
             c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); ANALYZE;")
