@@ -68,6 +68,14 @@ pub fn write(out: &std::path::Path, all: &[Json], quick: bool) -> Result<(), Str
                 );
             }
         }
+        let png = format!("{name}-{rows}.png");
+        match crate::chart::draw(&out.join(&png), rows, &runs, &workloads) {
+            Ok(true) => {
+                let _ = writeln!(md, "\n![ops/s by workload, {rows} rows]({png})");
+            }
+            Ok(false) => eprintln!("no chart: the font DejaVuSans.ttf is missing"),
+            Err(e) => eprintln!("chart {png}: {e}"),
+        }
         let _ = writeln!(
             md,
             "\n| engine | MB on disk (after the random-order load, settled) | peak RSS MB |\n|---|---|---|"

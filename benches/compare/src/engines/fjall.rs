@@ -39,7 +39,7 @@ pub fn key_bytes(k: &Key) -> Vec<u8> {
 
 /// A row's latest values: amount, device_time, then length-prefixed
 /// category and sparse columns (index, tag, value).
-fn encode(amount: f64, category: &str, device_time: i64, sparse: &[(usize, Sparse)]) -> Vec<u8> {
+pub fn encode(amount: f64, category: &str, device_time: i64, sparse: &[(usize, Sparse)]) -> Vec<u8> {
     let mut v = Vec::with_capacity(48);
     v.extend_from_slice(&amount.to_le_bytes());
     v.extend_from_slice(&device_time.to_le_bytes());
@@ -62,6 +62,23 @@ fn encode(amount: f64, category: &str, device_time: i64, sparse: &[(usize, Spars
     v
 }
 
+/// A row value with 1-3 of its columns changed.
+pub fn patch(mut v: Vec<u8>, amount: f64, category: Option<&str>, device_time: Option<i64>) -> Vec<u8> {
+    v[..8].copy_from_slice(&amount.to_le_bytes());
+    if let Some(t) = device_time {
+        v[8..16].copy_from_slice(&t.to_le_bytes());
+    }
+    if let Some(c) = category {
+        let len = v[16] as usize;
+        let rest = v[17 + len..].to_vec();
+        v.truncate(16);
+        v.push(c.len() as u8);
+        v.extend_from_slice(c.as_bytes());
+        v.extend_from_slice(&rest);
+    }
+    v
+}
+
 fn amount_of(v: &[u8]) -> Result<f64> {
     let b: [u8; 8] = v.get(..8).and_then(|s| s.try_into().ok()).ok_or("short row value")?;
     Ok(f64::from_le_bytes(b))
@@ -76,7 +93,9 @@ impl FjallEngine {
     }
 }
 
-fn version_key(key: &[u8], version: i64) -> Vec<u8> {
+/// The key of an older version: the row key, then the inverted version
+/// (newest first in key order).
+pub fn version_key(key: &[u8], version: i64) -> Vec<u8> {
     let mut k = key.to_vec();
     int(&mut k, !version);
     k
@@ -122,19 +141,7 @@ impl Engine for FjallEngine {
         let Some(old) = self.rows.get(&k).map_err(err)? else {
             return Err(format!("update of a missing row {key:?}"));
         };
-        let mut v = old.to_vec();
-        v[..8].copy_from_slice(&amount.to_le_bytes());
-        if let Some(t) = device_time {
-            v[8..16].copy_from_slice(&t.to_le_bytes());
-        }
-        if let Some(c) = category {
-            let len = v[16] as usize;
-            let rest = v[17 + len..].to_vec();
-            v.truncate(16);
-            v.push(c.len() as u8);
-            v.extend_from_slice(c.as_bytes());
-            v.extend_from_slice(&rest);
-        }
+        let v = patch(old.to_vec(), amount, category, device_time);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_err(err)?

@@ -11,6 +11,8 @@ use crate::data::Record;
 
 pub mod cellar;
 pub mod fjall;
+#[cfg(feature = "rocksdb")]
+pub mod rocks;
 pub mod sqlite;
 
 pub type Result<T> = std::result::Result<T, String>;
@@ -58,7 +60,11 @@ pub trait Engine: Send + Sync {
 
 /// The engines this build has, by name.
 pub fn names() -> Vec<&'static str> {
-    vec!["cellar", "sqlite", "fjall"]
+    let mut v = vec!["cellar", "sqlite", "fjall"];
+    if cfg!(feature = "rocksdb") {
+        v.push("rocksdb");
+    }
+    v
 }
 
 /// Opens engine `name` on `dir` (created empty by the caller).
@@ -67,6 +73,8 @@ pub fn open(name: &str, dir: &std::path::Path) -> Result<Box<dyn Engine>> {
         "cellar" => Ok(Box::new(cellar::CellarEngine::open(dir)?)),
         "sqlite" => Ok(Box::new(sqlite::SqliteEngine::open(dir)?)),
         "fjall" => Ok(Box::new(fjall::FjallEngine::open(dir)?)),
+        #[cfg(feature = "rocksdb")]
+        "rocksdb" => Ok(Box::new(rocks::RocksEngine::open(dir)?)),
         other => Err(format!(
             "unknown engine '{other}'; this build has: {}",
             names().join(", ")
