@@ -239,15 +239,7 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
     // A: 50/50 get / update of 1-3 columns.
     let mut rng = StdRng::seed_from_u64(data.seed ^ 0xA);
     let t = each(&format!("{name} A get/update"), sizes.mixed, |i| {
-        let k = key(&mut rng);
-        if i % 2 == 0 {
-            e.get(&k).map(|_| ())
-        } else {
-            let cols = rng.random_range(1..=3);
-            let category = (cols >= 2).then(|| CATEGORIES[rng.random_range(0..CATEGORIES.len())]);
-            let time = (cols == 3).then(|| rng.random_range(0..1_000_000_000));
-            e.update(&k, rng.random_range(1..5000) as f64 / 100.0, category, time)
-        }
+        mixed_op(&*e, &data, &mut rng, i)
     })?;
     results.push(t.json("A get/update 50/50"));
     // S: SQL aggregates (engines with SQL).
@@ -276,6 +268,74 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
             let t = each(&format!("{name} {what}"), sizes.queries, |_| e.sql(q).map(|_| ()))?;
             results.push(t.json(what));
         }
+        // The same queries while A runs on another thread.
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (during, a_ops, a_secs) = std::thread::scope(|s| {
+            let a = s.spawn(|| -> Result<(usize, f64)> {
+                let mut rng = StdRng::seed_from_u64(data.seed ^ 0xAA);
+                let start = Instant::now();
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    mixed_op(&*e, &data, &mut rng, i)?;
+                    i += 1;
+                }
+                Ok((i, start.elapsed().as_secs_f64()))
+            });
+            let mut during = Vec::new();
+            for (what, q) in &queries {
+                match each(&format!("{name} {what} during A"), sizes.queries, |_| {
+                    e.sql(q).map(|_| ())
+                }) {
+                    Ok(t) => during.push(t.json(&format!("{what}, during A"))),
+                    Err(err) => {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(err);
+                    }
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            let (n, secs) = a.join().map_err(|_| "the A thread panicked".to_string())??;
+            Ok::<_, String>((during, n, secs))
+        })?;
+        results.extend(during);
+        results.push(json!({
+            "workload": "A during S",
+            "ops": a_ops,
+            "secs": a_secs,
+            "ops_per_sec": a_ops as f64 / a_secs,
+            "p50_us": 0.0,
+            "p99_us": 0.0,
+            "bytes_written": 0,
+        }));
+        // R: the GROUP BY right after each of 3 bursts of writes.
+        let burst = sizes.upserts / 2;
+        let fresh = DataSet::new(data.seed ^ 0xB0B, data.rows * 2 + sizes.upserts as u64 * 4);
+        let mut lat = Vec::new();
+        let w0 = bytes_written();
+        let start = Instant::now();
+        for round in 0..3u64 {
+            let first = data.rows * 2 + round * burst as u64;
+            let order: Vec<u64> = (first..first + burst as u64).collect();
+            for chunk in order.chunks(BATCH) {
+                let batch: Vec<Record> = chunk.iter().map(|&i| fresh.record(i)).collect();
+                e.write(&batch)?;
+            }
+            let t = Instant::now();
+            e.sql(&queries[0].1)?;
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let t = Timed {
+            ops: 3,
+            wall: start.elapsed(),
+            latencies_us: lat,
+            written: bytes_written() - w0,
+        };
+        let mut j = t.json("R group by right after a burst");
+        // Its rate is of the queries alone, not the bursts.
+        let secs: f64 = j["p50_us"].as_f64().unwrap_or(0.0) / 1e6;
+        j["ops_per_sec"] = json!(if secs > 0.0 { 1.0 / secs } else { 0.0 });
+        j["burst_rows"] = json!(burst);
+        results.push(j);
     }
     // U: half new keys, half existing keys with new values.
     let upsert = UpsertSet {
@@ -301,6 +361,19 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
         "peak_rss": peak_rss(),
         "results": results,
     }))
+}
+
+/// One operation of A: even `i` a get, odd an update of 1-3 columns.
+fn mixed_op(e: &dyn Engine, data: &DataSet, rng: &mut StdRng, i: usize) -> Result<()> {
+    let k = Key::of(&data.record(rng.random_range(0..data.rows)));
+    if i % 2 == 0 {
+        e.get(&k).map(|_| ())
+    } else {
+        let cols = rng.random_range(1..=3);
+        let category = (cols >= 2).then(|| CATEGORIES[rng.random_range(0..CATEGORIES.len())]);
+        let time = (cols == 3).then(|| rng.random_range(0..1_000_000_000));
+        e.update(&k, rng.random_range(1..5000) as f64 / 100.0, category, time)
+    }
 }
 
 /// Upserts: row `i` < base.rows is an existing key with new values; above,
