@@ -366,7 +366,7 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
 /// One operation of A: even `i` a get, odd an update of 1-3 columns.
 fn mixed_op(e: &dyn Engine, data: &DataSet, rng: &mut StdRng, i: usize) -> Result<()> {
     let k = Key::of(&data.record(rng.random_range(0..data.rows)));
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         e.get(&k).map(|_| ())
     } else {
         let cols = rng.random_range(1..=3);
