@@ -10,6 +10,8 @@
 use crate::data::Record;
 
 pub mod cellar;
+#[cfg(feature = "duckdb")]
+pub mod duck;
 pub mod fjall;
 #[cfg(feature = "rocksdb")]
 pub mod rocks;
@@ -64,6 +66,9 @@ pub fn names() -> Vec<&'static str> {
     if cfg!(feature = "rocksdb") {
         v.push("rocksdb");
     }
+    if cfg!(feature = "duckdb") {
+        v.push("duckdb");
+    }
     v
 }
 
@@ -75,6 +80,8 @@ pub fn open(name: &str, dir: &std::path::Path) -> Result<Box<dyn Engine>> {
         "fjall" => Ok(Box::new(fjall::FjallEngine::open(dir)?)),
         #[cfg(feature = "rocksdb")]
         "rocksdb" => Ok(Box::new(rocks::RocksEngine::open(dir)?)),
+        #[cfg(feature = "duckdb")]
+        "duckdb" => Ok(Box::new(duck::DuckEngine::open(dir)?)),
         other => Err(format!(
             "unknown engine '{other}'; this build has: {}",
             names().join(", ")
