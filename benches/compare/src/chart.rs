@@ -36,7 +36,8 @@ pub fn draw(path: &std::path::Path, rows: u64, runs: &[&Json], workloads: &[Stri
         return Ok(false);
     }
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    let root = BitMapBackend::new(path, (1400, 700)).into_drawing_area();
+    let width = (workloads.len() as u32 * 90).max(1000);
+    let root = BitMapBackend::new(path, (width, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let engines: Vec<&str> = runs.iter().filter_map(|j| j["engine"].as_str()).collect();
     let value = |j: &Json, w: &str| -> Option<f64> {
@@ -58,7 +59,7 @@ pub fn draw(path: &std::path::Path, rows: u64, runs: &[&Json], workloads: &[Stri
             ("sans-serif", 24),
         )
         .margin(20)
-        .x_label_area_size(90)
+        .x_label_area_size(230)
         .y_label_area_size(80)
         .build_cartesian_2d(0f64..n, (0.5f64..max * 2.0).log_scale())
         .map_err(|e| err(&e))?;
@@ -75,11 +76,11 @@ pub fn draw(path: &std::path::Path, rows: u64, runs: &[&Json], workloads: &[Stri
                 String::new()
             }
         })
-        .x_label_style(("sans-serif", 13))
+        .x_label_style(("sans-serif", 14).into_font().transform(FontTransform::Rotate270))
         .y_desc("operations per second")
         .draw()
         .map_err(|e| err(&e))?;
-    let width = 0.8 / engines.len().max(1) as f64;
+    let bar = 0.8 / engines.len().max(1) as f64;
     for (k, (j, name)) in runs.iter().zip(&engines).enumerate() {
         let color = COLORS[k % COLORS.len()];
         let bars: Vec<Rectangle<(f64, f64)>> = workloads
@@ -87,9 +88,9 @@ pub fn draw(path: &std::path::Path, rows: u64, runs: &[&Json], workloads: &[Stri
             .enumerate()
             .filter_map(|(i, w)| {
                 let v = value(j, w)?;
-                let x0 = i as f64 + 0.1 + k as f64 * width;
+                let x0 = i as f64 + 0.1 + k as f64 * bar;
                 Some(Rectangle::new(
-                    [(x0, 0.5), (x0 + width * 0.9, v.max(0.5))],
+                    [(x0, 0.5), (x0 + bar * 0.9, v.max(0.5))],
                     color.filled(),
                 ))
             })

@@ -28,7 +28,13 @@ impl DuckEngine {
     pub fn open(dir: &std::path::Path) -> Result<Self> {
         let c = Connection::open(dir.join("db.duckdb")).map_err(err)?;
         let sparse: Vec<String> = (0..SPARSE)
-            .map(|i| format!("{} {}", Record::sparse_name(i), if i % 2 == 0 { "BIGINT" } else { "VARCHAR" }))
+            .map(|i| {
+                format!(
+                    "{} {}",
+                    Record::sparse_name(i),
+                    if i % 2 == 0 { "BIGINT" } else { "VARCHAR" }
+                )
+            })
             .collect();
         c.execute_batch(&format!(
             "CREATE TABLE IF NOT EXISTS t (card_id BIGINT NOT NULL, seller_id VARCHAR NOT NULL, \
@@ -128,16 +134,14 @@ impl Engine for DuckEngine {
 
     fn get(&self, k: &Key) -> Result<Option<f64>> {
         self.with(|c| {
-            c.prepare_cached(
-                "SELECT * FROM t WHERE card_id = ? AND seller_id = ? AND device_id = ? AND order_no = ?",
-            )
-            .map_err(err)?
-            .query_row(params![k.card_id, k.seller_id, k.device_id, k.order_no], |r| {
-                r.get::<_, Option<f64>>(4)
-            })
-            .optional()
-            .map(|o| o.flatten())
-            .map_err(err)
+            c.prepare_cached("SELECT * FROM t WHERE card_id = ? AND seller_id = ? AND device_id = ? AND order_no = ?")
+                .map_err(err)?
+                .query_row(params![k.card_id, k.seller_id, k.device_id, k.order_no], |r| {
+                    r.get::<_, Option<f64>>(4)
+                })
+                .optional()
+                .map(|o| o.flatten())
+                .map_err(err)
         })
     }
 
@@ -161,7 +165,15 @@ impl Engine for DuckEngine {
             tx.execute(
                 "UPDATE t SET amount = ?, category = coalesce(?, category), device_time = coalesce(?, device_time) \
                  WHERE card_id = ? AND seller_id = ? AND device_id = ? AND order_no = ?",
-                params![amount, category, device_time, k.card_id, k.seller_id, k.device_id, k.order_no],
+                params![
+                    amount,
+                    category,
+                    device_time,
+                    k.card_id,
+                    k.seller_id,
+                    k.device_id,
+                    k.order_no
+                ],
             )
             .map_err(err)?;
             let now = std::time::SystemTime::now()
@@ -186,9 +198,10 @@ impl Engine for DuckEngine {
                 )
                 .map_err(err)?;
             let rows = st
-                .query_map(params![k.card_id, k.seller_id, k.device_id, k.order_no, n as i64], |r| {
-                    r.get::<_, f64>(0)
-                })
+                .query_map(
+                    params![k.card_id, k.seller_id, k.device_id, k.order_no, n as i64],
+                    |r| r.get::<_, f64>(0),
+                )
                 .map_err(err)?;
             rows.collect::<std::result::Result<Vec<_>, _>>().map_err(err)
         })
