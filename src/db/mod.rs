@@ -138,15 +138,18 @@ impl Database {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         let inner = self.inner;
+        // Handles still held elsewhere keep the database (and its lock).
+        let last_handle = Arc::strong_count(&inner) == 1;
         // Joining the committer blocks; do it off the async threads.
         tokio::task::spawn_blocking(move || drop(inner))
             .await
             .map_err(|e| Error::io("close", e))?;
         // A background task lets go of `Shared` (and with it the directory
-        // lock) a moment after it counts itself done: wait for that, so a
-        // reopen right after close finds the directory free. (Handles
-        // still held elsewhere keep it; then this gives up after 1 s.)
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        // lock) a moment after it counts itself done, later still on a
+        // loaded machine: wait for that, so a reopen right after close
+        // finds the directory free.
+        let wait = if last_handle { 30 } else { 0 };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
         while Arc::strong_count(&shared) > 1 && std::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
