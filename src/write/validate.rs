@@ -64,7 +64,10 @@ pub(crate) fn precheck(schema: &TableSchema, w: &RowWrite) -> Result<(Vec<u8>, O
     Ok((key, placeholder))
 }
 
-/// The row's newest visible INTEGER plus `delta` (a missing column counts as 0).
+/// The row's newest visible INTEGER plus `delta` (a missing column counts
+/// as 0), and the version to write it at: the write time, or the version
+/// read when that is newer (a concurrent writer's clock read can be ahead
+/// of this one's), so the sum is the column's newest version.
 fn increment(
     schema: &TableSchema,
     opts: &TableOptions,
@@ -72,7 +75,7 @@ fn increment(
     current: Option<&RowState>,
     name: &str,
     delta: i64,
-) -> Result<i64> {
+) -> Result<(i64, i64)> {
     let read = ReadOptions {
         columns_to_get: Some(vec![name.to_string()]),
         ..Default::default()
@@ -80,8 +83,9 @@ fn increment(
     let latest = current
         .and_then(|st| visible_cells(st, now_ms, opts, &read))
         .and_then(|cells| cells.into_iter().next())
-        .and_then(|(_, mut c)| (!c.is_empty()).then(|| c.swap_remove(0).value));
-    let base = match latest {
+        .and_then(|(_, mut c)| (!c.is_empty()).then(|| c.swap_remove(0)));
+    let version = latest.as_ref().map_or(now_ms, |c| c.version.max(now_ms));
+    let base = match latest.map(|c| c.value) {
         None => 0,
         Some(Value::Integer(i)) => i,
         Some(other) => {
@@ -92,7 +96,7 @@ fn increment(
             )));
         }
     };
-    base.checked_add(delta).ok_or_else(|| {
+    base.checked_add(delta).map(|sum| (sum, version)).ok_or_else(|| {
         Error::param(format!(
             "incrementing column '{name}' of table '{}' by {delta} overflows: {base} + {delta} is outside the INTEGER (i64) range",
             schema.name
@@ -204,10 +208,10 @@ pub(crate) fn to_mutation(
                     }
                     UpdateAction::Increment { name, delta } => {
                         check_cell(&name, Some(&Value::Integer(0)), Some(now_ms))?;
-                        let sum = increment(schema, opts, now_ms, current, &name, delta)?;
+                        let (sum, version) = increment(schema, opts, now_ms, current, &name, delta)?;
                         Action::Put {
                             column: name,
-                            version: now_ms,
+                            version,
                             value: Value::Integer(sum),
                         }
                     }

@@ -543,3 +543,24 @@ fn cli_conditions_increments_and_capacity_units() {
     assert_eq!(out.lines().count(), 1);
     assert_eq!(err.trim(), r#"{"cu":{"read":1,"write":0}}"#);
 }
+
+/// An increment's sum is the column's newest version even when the value
+/// it read carries a later version than the write time (a concurrent
+/// writer's clock read ahead, or an explicit future version).
+#[tokio::test]
+async fn an_increment_is_newer_than_the_value_it_read() {
+    let (_dir, _clock, _db, t) = fixture(TableOptions::default()).await;
+    t.put_row(PutRow::new(pk(1, "a")).column_at("n", 5, T0 + 10_000))
+        .await
+        .unwrap();
+    let r = t
+        .update_row(
+            UpdateRow::new(pk(1, "a"))
+                .increment("n", 1)
+                .returning(ReturnType::AfterModify),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.row.unwrap().column("n").unwrap()[0].version, T0 + 10_000);
+    assert_eq!(latest(&t, pk(1, "a"), "n").await, Some(Value::Integer(6)));
+}

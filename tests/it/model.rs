@@ -91,10 +91,17 @@ impl Model {
                     .actions
                     .iter()
                     .map(|a| match a {
+                        // At the write time, or at the newest version read
+                        // when that is later (the sum must be the newest).
                         UpdateAction::Increment { name, .. } => UpdateAction::Put {
                             name: name.clone(),
                             value: Value::Integer(sums.iter().find(|(n, _)| n == name).unwrap().1),
-                            version: Some(now),
+                            version: Some(
+                                cells
+                                    .iter()
+                                    .find(|(n, _)| n == name)
+                                    .map_or(now, |(_, c)| c[0].version.max(now)),
+                            ),
                         },
                         other => other.clone(),
                     })
