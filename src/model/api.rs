@@ -136,18 +136,6 @@ impl PutRow {
         }
     }
 
-    /// Sets the write's condition.
-    pub fn condition(mut self, condition: Condition) -> Self {
-        self.condition = condition;
-        self
-    }
-
-    /// Sets what the write returns.
-    pub fn returning(mut self, r: ReturnType) -> Self {
-        self.return_type = r;
-        self
-    }
-
     /// Adds a column versioned at the write time.
     pub fn column(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
         self.columns.push(ColumnValue {
@@ -243,18 +231,6 @@ impl UpdateRow {
         }
     }
 
-    /// Sets the write's condition.
-    pub fn condition(mut self, condition: Condition) -> Self {
-        self.condition = condition;
-        self
-    }
-
-    /// Sets what the write returns.
-    pub fn returning(mut self, r: ReturnType) -> Self {
-        self.return_type = r;
-        self
-    }
-
     /// Adds `delta` to an INTEGER column (an atomic counter).
     pub fn increment(mut self, name: impl Into<String>, delta: i64) -> Self {
         self.actions.push(UpdateAction::Increment {
@@ -320,19 +296,28 @@ impl DeleteRow {
             return_type: ReturnType::None,
         }
     }
-
-    /// Sets the write's condition.
-    pub fn condition(mut self, condition: Condition) -> Self {
-        self.condition = condition;
-        self
-    }
-
-    /// Sets what the write returns.
-    pub fn returning(mut self, r: ReturnType) -> Self {
-        self.return_type = r;
-        self
-    }
 }
+
+/// The condition and return-content builders every single-row write has.
+macro_rules! write_options {
+    ($($t:ty),*) => {$(
+        impl $t {
+            /// Sets the write's condition.
+            pub fn condition(mut self, condition: Condition) -> Self {
+                self.condition = condition;
+                self
+            }
+
+            /// Sets what the write returns.
+            pub fn returning(mut self, r: ReturnType) -> Self {
+                self.return_type = r;
+                self
+            }
+        }
+    )*};
+}
+
+write_options!(PutRow, UpdateRow, DeleteRow);
 
 /// Any single-row write.
 #[derive(Debug, Clone, PartialEq)]

@@ -189,10 +189,7 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                                 }
                             }
                         }
-                        bytes += writes
-                            .iter()
-                            .map(|w| w.key.len() + w.mutation.approx_bytes())
-                            .sum::<usize>();
+                        bytes += payload_bytes(&writes);
                         let n = writes.len();
                         group.extend(writes);
                         acks.push((done, n));
@@ -221,10 +218,7 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                         let _ = done.send(Err(table.read_only_error()));
                     }
                     Ok(()) => {
-                        bytes += writes
-                            .iter()
-                            .map(|w| w.key.len() + w.mutation.approx_bytes())
-                            .sum::<usize>();
+                        bytes += payload_bytes(&writes);
                         let n = writes.len();
                         group.extend(writes);
                         acks.push((done, n));
@@ -338,6 +332,11 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
         }
     }
     let _ = wal.sync();
+}
+
+/// The in-memory size of some writes, for the group's byte budget.
+fn payload_bytes(writes: &[PendingWrite]) -> usize {
+    writes.iter().map(|w| w.key.len() + w.mutation.approx_bytes()).sum()
 }
 
 /// The writes of `group` (indices, ascending) whose condition no longer
