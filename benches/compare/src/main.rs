@@ -15,7 +15,7 @@ mod report;
 mod workloads;
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use clap::{Parser, Subcommand};
 
@@ -35,7 +35,7 @@ struct Cli {
     #[arg(long, value_delimiter = ',')]
     engines: Option<Vec<String>>,
     /// Where the report goes
-    #[arg(long, default_value = "benches/results")]
+    #[arg(long, default_value = "benches/results", global = true)]
     out: PathBuf,
     /// Where the engines' data goes (default: the system's temporary directory)
     #[arg(long, global = true)]
@@ -51,6 +51,9 @@ struct Cli {
 enum Sub {
     /// (internal) Run every workload against one engine; print JSON
     Engine { name: String },
+    /// Write the report (markdown and charts) again from a results JSON
+    /// file of an earlier run, into --out
+    Report { json: PathBuf },
 }
 
 fn main() {
@@ -65,7 +68,7 @@ fn main() {
     match &cli.command {
         Some(Sub::Engine { name }) => {
             let data = data::DataSet::new(cli.seed, rows[0]);
-            match workloads::run_engine(name, data, sizes, &scratch) {
+            match workloads::run(name, data, sizes, &scratch) {
                 Ok(j) => println!("{j}"),
                 Err(e) => {
                     eprintln!("cellar-compare: {name}: {e}");
@@ -73,31 +76,63 @@ fn main() {
                 }
             }
         }
+        Some(Sub::Report { json }) => {
+            let all = std::fs::read(json)
+                .map_err(|e| format!("{}: {e}", json.display()))
+                .and_then(|b| {
+                    serde_json::from_slice::<Vec<serde_json::Value>>(&b)
+                        .map_err(|e| format!("{}: not a results file ({e})", json.display()))
+                })
+                .and_then(|all| report::write(&cli.out, &all, cli.quick));
+            if let Err(e) = all {
+                eprintln!("cellar-compare: report: {e}");
+                std::process::exit(1);
+            }
+        }
         None => {
             let engines = cli
                 .engines
                 .clone()
                 .unwrap_or_else(|| engines::names().into_iter().map(String::from).collect());
+            let exe = match std::env::current_exe() {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("cellar-compare: cannot find its own executable: {e}");
+                    std::process::exit(1);
+                }
+            };
             let mut all = Vec::new();
             for &n in &rows {
                 for name in &engines {
                     eprintln!("== {name}, {n} rows");
-                    let exe = std::env::current_exe().expect("own path");
-                    let mut cmd = Command::new(exe);
+                    let mut cmd = Command::new(&exe);
                     cmd.args(["--rows", &n.to_string(), "--seed", &cli.seed.to_string()]);
                     cmd.arg("--scratch").arg(&scratch);
                     if cli.quick {
                         cmd.arg("--quick");
                     }
                     cmd.args(["engine", name]);
-                    let out = cmd.output().expect("start an engine process");
+                    // The child draws its progress bars on our terminal.
+                    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+                    let out = match cmd.output() {
+                        Ok(out) => out,
+                        Err(e) => {
+                            eprintln!("{name}: cannot start its process: {e}");
+                            continue;
+                        }
+                    };
                     if !out.status.success() {
-                        eprintln!("{name} failed: {}", String::from_utf8_lossy(&out.stderr));
+                        eprintln!("{name} failed ({}); see above", out.status);
                         continue;
                     }
                     match serde_json::from_slice::<serde_json::Value>(&out.stdout) {
                         Ok(j) => all.push(j),
                         Err(e) => eprintln!("{name}: unreadable results ({e})"),
+                    }
+                    // After every engine, so that a long run that is cut
+                    // short still leaves the figures it has.
+                    if let Err(e) = report::write(&cli.out, &all, cli.quick) {
+                        eprintln!("cellar-compare: report: {e}");
                     }
                 }
             }

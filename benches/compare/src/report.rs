@@ -76,10 +76,7 @@ pub fn write(out: &std::path::Path, all: &[Json], quick: bool) -> Result<(), Str
             Ok(false) => eprintln!("no chart: the font DejaVuSans.ttf is missing"),
             Err(e) => eprintln!("chart {png}: {e}"),
         }
-        let _ = writeln!(
-            md,
-            "\n| engine | MB on disk (after the random-order load, settled) | peak RSS MB |\n|---|---|---|"
-        );
+        let _ = writeln!(md, "\n| engine | MB on disk | peak RSS MB |\n|---|---|---|");
         for j in &runs {
             let _ = writeln!(
                 md,
@@ -89,6 +86,11 @@ pub fn write(out: &std::path::Path, all: &[Json], quick: bool) -> Result<(), Str
                 mb(j["peak_rss"].as_f64().unwrap_or(0.0))
             );
         }
+        let _ = writeln!(
+            md,
+            "\nOn disk: a store's directory after the random-order load, settled; \
+             the Parquet files of a `-parquet` engine."
+        );
         md.push('\n');
     }
     std::fs::write(out.join(format!("{name}.md")), md).map_err(|e| e.to_string())

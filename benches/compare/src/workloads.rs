@@ -6,7 +6,12 @@
 //! upsert (half new keys, half existing), A 50/50 get / update of 1-3
 //! columns. Writes go in batches of 200, each durable before it counts;
 //! loads use several writer threads so that engines with group commit can
-//! use it. Reads and A run on one thread, for their latency.
+//! use it. Reads and A run on one thread, for their latency. On the
+//! engines with SQL: S, four aggregates, alone and while A runs on another
+//! thread; R, a GROUP BY right after each of 3 bursts of writes.
+//!
+//! The engines over plain Parquet files run what applies to files written
+//! once: L in key order (writing the files), C and E as queries, S alone.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -32,6 +37,10 @@ pub struct Sizes {
     pub mixed: usize,
     /// Runs of each SQL query.
     pub queries: usize,
+    /// Rows of each write burst before R's query.
+    pub burst: usize,
+    /// How long one read or query workload may run (see `each`).
+    pub cap: Duration,
 }
 
 impl Sizes {
@@ -42,6 +51,8 @@ impl Sizes {
                 upserts: 10_000,
                 mixed: 2_000,
                 queries: 3,
+                burst: 10_000,
+                cap: Duration::from_secs(10),
             }
         } else {
             Sizes {
@@ -49,6 +60,8 @@ impl Sizes {
                 upserts: 100_000,
                 mixed: 20_000,
                 queries: 5,
+                burst: 100_000,
+                cap: Duration::from_secs(30),
             }
         }
     }
@@ -163,13 +176,19 @@ fn load(e: &dyn Engine, data: &DataSet, order: &[u64], name: &str) -> Result<Tim
     })
 }
 
-/// Runs `op` `n` times on one thread, timing each.
-fn each(name: &str, n: usize, mut op: impl FnMut(usize) -> Result<()>) -> Result<Timed> {
+/// Runs `op` `n` times on one thread, timing each, or fewer times when
+/// `cap` has passed after at least one (an engine that takes 5 ms an
+/// operation would spend minutes on 100k of them; its rate and latencies
+/// are those of the operations it did).
+fn each(name: &str, n: usize, cap: Duration, mut op: impl FnMut(usize) -> Result<()>) -> Result<Timed> {
     let b = bar(name, n as u64);
     let w0 = bytes_written();
     let mut lat = Vec::with_capacity(n);
     let start = Instant::now();
     for i in 0..n {
+        if i > 0 && start.elapsed() > cap {
+            break;
+        }
         let t = Instant::now();
         op(i)?;
         lat.push(t.elapsed().as_secs_f64() * 1e6);
@@ -180,16 +199,25 @@ fn each(name: &str, n: usize, mut op: impl FnMut(usize) -> Result<()>) -> Result
     let wall = start.elapsed();
     b.finish_and_clear();
     Ok(Timed {
-        ops: n,
+        ops: lat.len(),
         wall,
         latencies_us: lat,
         written: bytes_written() - w0,
     })
 }
 
-/// Every workload against engine `name`, in a fresh directory under
-/// `scratch`; the results as JSON.
-pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path) -> Result<Json> {
+/// Every workload that applies to engine `name`, in fresh directories
+/// under `scratch`; the results as JSON.
+pub fn run(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path) -> Result<Json> {
+    if engines::is_files(name) {
+        run_files(name, data, sizes, scratch)
+    } else {
+        run_engine(name, data, sizes, scratch)
+    }
+}
+
+/// Every workload against store `name`.
+fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path) -> Result<Json> {
     let mut results = Vec::new();
     let mut rng = StdRng::seed_from_u64(data.seed ^ 0xC0FFEE);
     // L, key order, in a directory of its own.
@@ -211,13 +239,13 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
     let on_disk = engines::dir_bytes(dir.path());
 
     let key = |rng: &mut StdRng| Key::of(&data.record(rng.random_range(0..data.rows)));
-    let t = each(&format!("{name} C get"), sizes.reads, |_| {
+    let t = each(&format!("{name} C get"), sizes.reads, sizes.cap, |_| {
         let k = key(&mut rng);
         e.get(&k)?.map(|_| ()).ok_or_else(|| format!("row {k:?} missing"))
     })?;
     results.push(t.json("C get"));
     let mut rng = StdRng::seed_from_u64(data.seed ^ 0xE);
-    let t = each(&format!("{name} E range"), sizes.reads / 4, |_| {
+    let t = each(&format!("{name} E range"), sizes.reads / 4, sizes.cap, |_| {
         let card = rng.random_range(0..data.cards()) as i64;
         e.card_rows(card, 100).map(|_| ())
     })?;
@@ -227,7 +255,7 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
         .filter(|&i| data.record(i).amounts.len() == 3)
         .collect();
     let mut rng = StdRng::seed_from_u64(data.seed ^ 0x5);
-    let t = each(&format!("{name} V versions"), sizes.reads, |_| {
+    let t = each(&format!("{name} V versions"), sizes.reads, sizes.cap, |_| {
         let r = data.record(versioned[rng.random_range(0..versioned.len())]);
         let got = e.versions(&Key::of(&r), 3)?;
         if got.len() != 3 {
@@ -238,34 +266,17 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
     results.push(t.json("V 3 versions"));
     // A: 50/50 get / update of 1-3 columns.
     let mut rng = StdRng::seed_from_u64(data.seed ^ 0xA);
-    let t = each(&format!("{name} A get/update"), sizes.mixed, |i| {
+    let t = each(&format!("{name} A get/update"), sizes.mixed, sizes.cap, |i| {
         mixed_op(&*e, &data, &mut rng, i)
     })?;
     results.push(t.json("A get/update 50/50"));
     // S: SQL aggregates (engines with SQL).
-    let span = data.rows as i64 * 50;
-    let queries = [
-        (
-            "S group by seller",
-            "SELECT seller_id, count(*), sum(amount) FROM t GROUP BY seller_id".to_string(),
-        ),
-        (
-            "S time window + device",
-            format!(
-                "SELECT count(*), sum(amount) FROM t WHERE device_time >= {} AND device_time < {} AND device_id = 'd3'",
-                crate::data::T0 + span * 4 / 10,
-                crate::data::T0 + span / 2
-            ),
-        ),
-        (
-            "S top-10 cards",
-            "SELECT card_id, sum(amount) AS total FROM t GROUP BY card_id ORDER BY total DESC LIMIT 10".to_string(),
-        ),
-        ("S count distinct", "SELECT count(DISTINCT card_id) FROM t".to_string()),
-    ];
+    let queries = sql_queries(&data);
     if e.sql("SELECT 1")?.is_some() {
         for (what, q) in &queries {
-            let t = each(&format!("{name} {what}"), sizes.queries, |_| e.sql(q).map(|_| ()))?;
+            let t = each(&format!("{name} {what}"), sizes.queries, sizes.cap, |_| {
+                e.sql(q).map(|_| ())
+            })?;
             results.push(t.json(what));
         }
         // The same queries while A runs on another thread.
@@ -283,7 +294,7 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
             });
             let mut during = Vec::new();
             for (what, q) in &queries {
-                match each(&format!("{name} {what} during A"), sizes.queries, |_| {
+                match each(&format!("{name} {what} during A"), sizes.queries, sizes.cap, |_| {
                     e.sql(q).map(|_| ())
                 }) {
                     Ok(t) => during.push(t.json(&format!("{what}, during A"))),
@@ -308,8 +319,8 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
             "bytes_written": 0,
         }));
         // R: the GROUP BY right after each of 3 bursts of writes.
-        let burst = sizes.upserts / 2;
-        let fresh = DataSet::new(data.seed ^ 0xB0B, data.rows * 2 + sizes.upserts as u64 * 4);
+        let burst = sizes.burst;
+        let fresh = DataSet::new(data.seed ^ 0xB0B, data.rows * 2 + burst as u64 * 3);
         let mut lat = Vec::new();
         let w0 = bytes_written();
         let start = Instant::now();
@@ -353,6 +364,113 @@ pub fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::
         .collect();
     let t = load_upserts(&*e, &upsert, &order, &format!("{name} U upsert"))?;
     results.push(t.json("U upsert"));
+    drop(e);
+    Ok(json!({
+        "engine": name,
+        "rows": data.rows,
+        "bytes_on_disk": on_disk,
+        "peak_rss": peak_rss(),
+        "results": results,
+    }))
+}
+
+/// The four queries of S, by workload name.
+fn sql_queries(data: &DataSet) -> [(&'static str, String); 4] {
+    let span = data.rows as i64 * 50;
+    [
+        (
+            "S group by seller",
+            "SELECT seller_id, count(*), sum(amount) FROM t GROUP BY seller_id".to_string(),
+        ),
+        (
+            "S time window + device",
+            format!(
+                "SELECT count(*), sum(amount) FROM t WHERE device_time >= {} AND device_time < {} AND device_id = 'd3'",
+                crate::data::T0 + span * 4 / 10,
+                crate::data::T0 + span / 2
+            ),
+        ),
+        (
+            "S top-10 cards",
+            "SELECT card_id, sum(amount) AS total FROM t GROUP BY card_id ORDER BY total DESC LIMIT 10".to_string(),
+        ),
+        ("S count distinct", "SELECT count(DISTINCT card_id) FROM t".to_string()),
+    ]
+}
+
+/// The workloads that apply to files written once, against file engine
+/// `name`: L sorted (writing the files, WRITERS at a time, each fsynced),
+/// then C and E as SQL queries (each a query plan and a pruned scan; the
+/// time cap of `each` bounds them) and S alone. A, U, V and R
+/// change or version rows, which immutable files do not do.
+fn run_files(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path) -> Result<Json> {
+    let mut results = Vec::new();
+    let dir = tempfile::tempdir_in(scratch).map_err(|e| e.to_string())?;
+    let order = data.sorted_order();
+    let files: Vec<&[u64]> = order.chunks(engines::parquet::FILE_ROWS).collect();
+    let b = bar(&format!("{name} L sorted"), order.len() as u64);
+    let next = AtomicUsize::new(0);
+    let w0 = bytes_written();
+    let start = Instant::now();
+    let lat = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..WRITERS.min(files.len()))
+            .map(|_| {
+                s.spawn(|| -> Result<Vec<f64>> {
+                    let mut lat = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(rows) = files.get(i) else { return Ok(lat) };
+                        let t = Instant::now();
+                        let path = dir.path().join(format!("part-{i:04}.parquet"));
+                        engines::parquet::write_file(&data, rows, &path, &|n| b.inc(n))?;
+                        lat.push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for w in workers {
+            all.extend(w.join().map_err(|_| "a writer thread panicked".to_string())??);
+        }
+        Ok::<_, String>(all)
+    })?;
+    b.finish_and_clear();
+    let t = Timed {
+        ops: order.len(),
+        wall: start.elapsed(),
+        latencies_us: lat,
+        written: bytes_written() - w0,
+    };
+    let on_disk = engines::dir_bytes(dir.path());
+    let mut j = t.json("L sorted");
+    j["bytes_on_disk"] = json!(on_disk);
+    j["latency_of"] = json!("one file");
+    results.push(j);
+
+    let e = engines::open_files(name, dir.path())?;
+    let queries = sizes.reads;
+    let mut rng = StdRng::seed_from_u64(data.seed ^ 0xC0FFEE);
+    let t = each(&format!("{name} C get"), queries, sizes.cap, |_| {
+        let k = Key::of(&data.record(rng.random_range(0..data.rows)));
+        if e.get(&k)? {
+            Ok(())
+        } else {
+            Err(format!("row {k:?} missing"))
+        }
+    })?;
+    results.push(t.json("C get"));
+    let mut rng = StdRng::seed_from_u64(data.seed ^ 0xE);
+    let t = each(&format!("{name} E range"), queries / 4, sizes.cap, |_| {
+        let card = rng.random_range(0..data.cards()) as i64;
+        e.card_rows(card, 100).map(|_| ())
+    })?;
+    results.push(t.json("E range"));
+    for (what, q) in &sql_queries(&data) {
+        let t = each(&format!("{name} {what}"), sizes.queries, sizes.cap, |_| {
+            e.sql(q).map(|_| ())
+        })?;
+        results.push(t.json(what));
+    }
     drop(e);
     Ok(json!({
         "engine": name,

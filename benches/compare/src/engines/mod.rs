@@ -1,5 +1,7 @@
 //! The engines compared, behind one interface of the operations the
-//! workloads need.
+//! workloads need: `Engine` for the stores (they take writes, updates and
+//! reads of any kind), `parquet::FileEngine` for the engines that query
+//! plain Parquet files written once.
 //!
 //! Invariants: every engine stores the same logical rows (the latest
 //! values of a record, plus older versions of `amount` where the data set
@@ -13,6 +15,7 @@ pub mod cellar;
 #[cfg(feature = "duckdb")]
 pub mod duck;
 pub mod fjall;
+pub mod parquet;
 #[cfg(feature = "rocksdb")]
 pub mod rocks;
 pub mod sqlite;
@@ -69,7 +72,30 @@ pub fn names() -> Vec<&'static str> {
     if cfg!(feature = "duckdb") {
         v.push("duckdb");
     }
+    v.push("datafusion-parquet");
+    if cfg!(feature = "duckdb") {
+        v.push("duckdb-parquet");
+    }
     v
+}
+
+/// Whether engine `name` queries plain Parquet files (a `FileEngine`).
+pub fn is_files(name: &str) -> bool {
+    name.ends_with("-parquet")
+}
+
+/// Opens file engine `name` over the Parquet files in `dir`.
+pub fn open_files(name: &str, dir: &std::path::Path) -> Result<Box<dyn parquet::FileEngine>> {
+    match name {
+        "datafusion-parquet" => Ok(Box::new(parquet::DataFusionFiles::open(dir)?)),
+        #[cfg(feature = "duckdb")]
+        "duckdb-parquet" => Ok(Box::new(duck::DuckFiles::open(dir)?)),
+        other => Err(unknown(other)),
+    }
+}
+
+fn unknown(name: &str) -> String {
+    format!("unknown engine '{name}'; this build has: {}", names().join(", "))
 }
 
 /// Opens engine `name` on `dir` (created empty by the caller).
@@ -82,10 +108,7 @@ pub fn open(name: &str, dir: &std::path::Path) -> Result<Box<dyn Engine>> {
         "rocksdb" => Ok(Box::new(rocks::RocksEngine::open(dir)?)),
         #[cfg(feature = "duckdb")]
         "duckdb" => Ok(Box::new(duck::DuckEngine::open(dir)?)),
-        other => Err(format!(
-            "unknown engine '{other}'; this build has: {}",
-            names().join(", ")
-        )),
+        other => Err(unknown(other)),
     }
 }
 
