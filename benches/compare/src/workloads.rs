@@ -131,31 +131,28 @@ impl Timed {
     }
 }
 
-/// Loads `order` with WRITERS threads, BATCH rows per durable write.
-/// Latencies are per batch.
-fn load(e: &dyn Engine, data: &DataSet, order: &[u64], name: &str) -> Result<Timed> {
-    let b = bar(name, order.len() as u64);
+/// Writes `pieces` (of `rows` rows in all) with up to WRITERS threads,
+/// each taking the next piece; `write(i, piece, bar)` writes piece `i`
+/// and returns its latency in microseconds.
+fn in_parallel(
+    name: &str,
+    rows: usize,
+    pieces: &[&[u64]],
+    write: impl Fn(usize, &[u64], &ProgressBar) -> Result<f64> + Sync,
+) -> Result<Timed> {
+    let b = bar(name, rows as u64);
     let next = AtomicUsize::new(0);
     let w0 = bytes_written();
     let start = Instant::now();
     let lat = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..WRITERS)
+        let workers: Vec<_> = (0..WRITERS.min(pieces.len()))
             .map(|_| {
                 s.spawn(|| -> Result<Vec<f64>> {
                     let mut lat = Vec::new();
                     loop {
-                        let i = next.fetch_add(BATCH, Ordering::Relaxed);
-                        if i >= order.len() {
-                            return Ok(lat);
-                        }
-                        let batch: Vec<Record> = order[i..(i + BATCH).min(order.len())]
-                            .iter()
-                            .map(|&j| data.record(j))
-                            .collect();
-                        let t = Instant::now();
-                        e.write(&batch)?;
-                        lat.push(t.elapsed().as_secs_f64() * 1e6);
-                        b.inc(batch.len() as u64);
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(piece) = pieces.get(i) else { return Ok(lat) };
+                        lat.push(write(i, piece, &b)?);
                     }
                 })
             })
@@ -169,10 +166,24 @@ fn load(e: &dyn Engine, data: &DataSet, order: &[u64], name: &str) -> Result<Tim
     let wall = start.elapsed();
     b.finish_and_clear();
     Ok(Timed {
-        ops: order.len(),
+        ops: rows,
         wall,
         latencies_us: lat,
         written: bytes_written() - w0,
+    })
+}
+
+/// Loads `order` with WRITERS threads, BATCH rows per durable write.
+/// Latencies are per batch (the write alone, not making its records).
+fn load(e: &dyn Engine, data: &DataSet, order: &[u64], name: &str) -> Result<Timed> {
+    let batches: Vec<&[u64]> = order.chunks(BATCH).collect();
+    in_parallel(name, order.len(), &batches, |_, rows, b| {
+        let batch: Vec<Record> = rows.iter().map(|&j| data.record(j)).collect();
+        let t = Instant::now();
+        e.write(&batch)?;
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        b.inc(batch.len() as u64);
+        Ok(us)
     })
 }
 
@@ -408,39 +419,12 @@ fn run_files(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path)
     let dir = tempfile::tempdir_in(scratch).map_err(|e| e.to_string())?;
     let order = data.sorted_order();
     let files: Vec<&[u64]> = order.chunks(engines::parquet::FILE_ROWS).collect();
-    let b = bar(&format!("{name} L sorted"), order.len() as u64);
-    let next = AtomicUsize::new(0);
-    let w0 = bytes_written();
-    let start = Instant::now();
-    let lat = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..WRITERS.min(files.len()))
-            .map(|_| {
-                s.spawn(|| -> Result<Vec<f64>> {
-                    let mut lat = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(rows) = files.get(i) else { return Ok(lat) };
-                        let t = Instant::now();
-                        let path = dir.path().join(format!("part-{i:04}.parquet"));
-                        engines::parquet::write_file(&data, rows, &path, &|n| b.inc(n))?;
-                        lat.push(t.elapsed().as_secs_f64() * 1e6);
-                    }
-                })
-            })
-            .collect();
-        let mut all = Vec::new();
-        for w in workers {
-            all.extend(w.join().map_err(|_| "a writer thread panicked".to_string())??);
-        }
-        Ok::<_, String>(all)
+    let t = in_parallel(&format!("{name} L sorted"), order.len(), &files, |i, rows, b| {
+        let t = Instant::now();
+        let path = dir.path().join(format!("part-{i:04}.parquet"));
+        engines::parquet::write_file(&data, rows, &path, &|n| b.inc(n))?;
+        Ok(t.elapsed().as_secs_f64() * 1e6)
     })?;
-    b.finish_and_clear();
-    let t = Timed {
-        ops: order.len(),
-        wall: start.elapsed(),
-        latencies_us: lat,
-        written: bytes_written() - w0,
-    };
     let on_disk = engines::dir_bytes(dir.path());
     let mut j = t.json("L sorted");
     j["bytes_on_disk"] = json!(on_disk);
