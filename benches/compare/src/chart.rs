@@ -32,9 +32,10 @@ fn font() -> bool {
     })
 }
 
-/// Draws `path`: the workloads of `runs` (one data set size) as groups,
+/// Draws `path`: the workloads of `runs` (one data set size, or U's pass:
+/// `title` says which) as groups,
 /// one bar per engine. Returns false (drawing nothing) without the font.
-pub fn draw(path: &std::path::Path, rows: u64, runs: &[&Json], workloads: &[String]) -> Result<bool, String> {
+pub fn draw(path: &std::path::Path, title: &str, runs: &[&Json], workloads: &[String]) -> Result<bool, String> {
     if !font() {
         return Ok(false);
     }
@@ -70,7 +71,7 @@ pub fn draw(path: &std::path::Path, rows: u64, runs: &[&Json], workloads: &[Stri
     let n = workloads.len() as f64;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("operations per second by workload, {rows} rows (log scale; longer is faster)"),
+            format!("operations per second by workload, {title} (log scale; longer is faster)"),
             ("sans-serif", 22),
         )
         .margin(20)

@@ -1,5 +1,6 @@
-//! The report: a markdown table per data set size, with each peer's ratio
-//! to Cellar, and the raw results as JSON, in the output directory.
+//! The report: a markdown table per data set size, and one for U's pass,
+//! with each peer's ratio to Cellar, and the raw results as JSON, in the
+//! output directory.
 
 use std::fmt::Write as _;
 
@@ -19,13 +20,24 @@ pub fn write(out: &std::path::Path, all: &[Json], quick: bool) -> Result<(), Str
     )
     .map_err(|e| e.to_string())?;
     let mut md = String::new();
-    let mut sizes: Vec<u64> = all.iter().filter_map(|j| j["rows"].as_u64()).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    for rows in sizes {
-        let runs: Vec<&Json> = all.iter().filter(|j| j["rows"].as_u64() == Some(rows)).collect();
+    // A section per (U's pass?, rows): the data set sizes, then U's pass.
+    let section = |j: &Json| (j["pass"] == "upserts", j["rows"].as_u64().unwrap_or(0));
+    let mut sections: Vec<(bool, u64)> = all.iter().map(section).collect();
+    sections.sort_unstable();
+    sections.dedup();
+    for (upserts, rows) in sections {
+        let runs: Vec<&Json> = all.iter().filter(|j| section(j) == (upserts, rows)).collect();
         let cellar = runs.iter().find(|j| j["engine"] == "cellar");
-        let _ = writeln!(md, "### {rows} rows\n");
+        let (title, png) = if upserts {
+            let n = runs.first().and_then(|j| j["upserts"].as_u64()).unwrap_or(0);
+            (
+                format!("U: {n} upserts into {rows} rows"),
+                format!("{name}-upserts-{rows}.png"),
+            )
+        } else {
+            (format!("{rows} rows"), format!("{name}-{rows}.png"))
+        };
+        let _ = writeln!(md, "### {title}\n");
         let _ = writeln!(
             md,
             "| workload | engine | ops/s | p50 us | p99 us | MB written | Cellar's ops/s ratio |\n|---|---|---|---|---|---|---|"
@@ -53,14 +65,22 @@ pub fn write(out: &std::path::Path, all: &[Json], quick: bool) -> Result<(), Str
             for j in &runs {
                 let Some(r) = find(j) else { continue };
                 let ops = r["ops_per_sec"].as_f64().unwrap_or(0.0);
+                // A load stopped at its time cap: how far it came.
+                let engine = match r["stopped_of"].as_u64() {
+                    Some(of) => format!(
+                        "{} (stopped after {} of {of} rows)",
+                        j["engine"].as_str().unwrap_or("?"),
+                        r["ops"].as_u64().unwrap_or(0)
+                    ),
+                    None => j["engine"].as_str().unwrap_or("?").to_string(),
+                };
                 let ratio = match base {
                     Some(b) if ops > 0.0 => format!("{:.2}", b / ops),
                     _ => "-".into(),
                 };
                 let _ = writeln!(
                     md,
-                    "| {w} | {} | {:.0} | {:.0} | {:.0} | {} | {ratio} |",
-                    j["engine"].as_str().unwrap_or("?"),
+                    "| {w} | {engine} | {:.0} | {:.0} | {:.0} | {} | {ratio} |",
                     ops,
                     r["p50_us"].as_f64().unwrap_or(0.0),
                     r["p99_us"].as_f64().unwrap_or(0.0),
@@ -68,10 +88,9 @@ pub fn write(out: &std::path::Path, all: &[Json], quick: bool) -> Result<(), Str
                 );
             }
         }
-        let png = format!("{name}-{rows}.png");
-        match crate::chart::draw(&out.join(&png), rows, &runs, &workloads) {
+        match crate::chart::draw(&out.join(&png), &title, &runs, &workloads) {
             Ok(true) => {
-                let _ = writeln!(md, "\n![ops/s by workload, {rows} rows]({png})");
+                let _ = writeln!(md, "\n![ops/s by workload, {title}]({png})");
             }
             Ok(false) => eprintln!("no chart: the font DejaVuSans.ttf is missing"),
             Err(e) => eprintln!("chart {png}: {e}"),
@@ -88,9 +107,22 @@ pub fn write(out: &std::path::Path, all: &[Json], quick: bool) -> Result<(), Str
         }
         let _ = writeln!(
             md,
-            "\nOn disk: a store's directory after the random-order load, settled; \
-             the Parquet files of a `-parquet` engine."
+            "\n{}",
+            if upserts {
+                "On disk: a store's directory after the key-order load and the upserts, settled."
+            } else {
+                "On disk: a store's directory after the random-order load, settled; \
+                 the Parquet files of a `-parquet` engine."
+            }
         );
+        for j in runs.iter().filter(|j| j["read_on"] == "key-order load") {
+            let _ = writeln!(
+                md,
+                "\n{}: its random-order load was stopped at the time cap, so its reads, \
+                 queries and bytes on disk are of the table of its key-order load.",
+                j["engine"].as_str().unwrap_or("?")
+            );
+        }
         md.push('\n');
     }
     std::fs::write(out.join(format!("{name}.md")), md).map_err(|e| e.to_string())

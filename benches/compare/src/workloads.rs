@@ -2,13 +2,20 @@
 //! memory and bytes written are that engine's alone).
 //!
 //! L bulk load (random and key order), C point get of the latest version,
-//! E short range (one card's rows, up to 100), V get of 3 versions, U
-//! upsert (half new keys, half existing), A 50/50 get / update of 1-3
-//! columns. Writes go in batches of 200, each durable before it counts;
-//! loads use several writer threads so that engines with group commit can
-//! use it. Reads and A run on one thread, for their latency. On the
-//! engines with SQL: S, four aggregates, alone and while A runs on another
-//! thread; R, a GROUP BY right after each of 3 bursts of writes.
+//! E short range (one card's rows, up to 100), V get of 3 versions, A
+//! 50/50 get / update of 1-3 columns. Writes go in batches of 200, each
+//! durable before it counts; loads use several writer threads so that
+//! engines with group commit can use it. Reads and A run on one thread,
+//! for their latency. On the engines with SQL: S, four aggregates, alone
+//! and while A runs on another thread; R, a GROUP BY right after each of
+//! 3 bursts of writes.
+//!
+//! U, upserts (half new keys, half existing), is a pass of its own, into
+//! a table of its own size (2M rows by default): `run_upserts`.
+//!
+//! A load that runs past `Sizes::load_cap` is stopped and says so; the
+//! workloads after it then run on a table that does hold the whole data
+//! set, or not at all (see `run_engine`).
 //!
 //! The engines over plain Parquet files run what applies to files written
 //! once: L in key order (writing the files), C and E as queries, S alone.
@@ -41,6 +48,8 @@ pub struct Sizes {
     pub burst: usize,
     /// How long one read or query workload may run (see `each`).
     pub cap: Duration,
+    /// How long one load may run before it is stopped (see `in_parallel`).
+    pub load_cap: Duration,
 }
 
 impl Sizes {
@@ -53,6 +62,7 @@ impl Sizes {
                 queries: 3,
                 burst: 10_000,
                 cap: Duration::from_secs(10),
+                load_cap: Duration::from_secs(120),
             }
         } else {
             Sizes {
@@ -62,6 +72,7 @@ impl Sizes {
                 queries: 5,
                 burst: 100_000,
                 cap: Duration::from_secs(30),
+                load_cap: Duration::from_secs(600),
             }
         }
     }
@@ -108,6 +119,8 @@ struct Timed {
     wall: Duration,
     latencies_us: Vec<f64>,
     written: u64,
+    /// Set when a load was stopped at its time cap: the rows it was to write.
+    stopped_of: Option<usize>,
 }
 
 impl Timed {
@@ -119,7 +132,7 @@ impl Timed {
                 .copied()
                 .unwrap_or(0.0)
         };
-        json!({
+        let mut j = json!({
             "workload": workload,
             "ops": self.ops,
             "secs": self.wall.as_secs_f64(),
@@ -127,21 +140,30 @@ impl Timed {
             "p50_us": pct(0.5),
             "p99_us": pct(0.99),
             "bytes_written": self.written,
-        })
+        });
+        if let Some(of) = self.stopped_of {
+            j["stopped_of"] = json!(of);
+        }
+        j
     }
 }
 
 /// Writes `pieces` (of `rows` rows in all) with up to WRITERS threads,
 /// each taking the next piece; `write(i, piece, bar)` writes piece `i`
-/// and returns its latency in microseconds.
+/// and returns its latency in microseconds. Once `cap` has passed, no
+/// thread takes another piece: the timing is then of the rows written,
+/// and says it was stopped (a peer that takes hours over a load would
+/// keep the rest of the run from ever finishing).
 fn in_parallel(
     name: &str,
     rows: usize,
     pieces: &[&[u64]],
+    cap: Duration,
     write: impl Fn(usize, &[u64], &ProgressBar) -> Result<f64> + Sync,
 ) -> Result<Timed> {
     let b = bar(name, rows as u64);
     let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
     let w0 = bytes_written();
     let start = Instant::now();
     let lat = std::thread::scope(|s| {
@@ -149,11 +171,13 @@ fn in_parallel(
             .map(|_| {
                 s.spawn(|| -> Result<Vec<f64>> {
                     let mut lat = Vec::new();
-                    loop {
+                    while start.elapsed() < cap {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(piece) = pieces.get(i) else { return Ok(lat) };
+                        let Some(piece) = pieces.get(i) else { break };
                         lat.push(write(i, piece, &b)?);
+                        done.fetch_add(piece.len(), Ordering::Relaxed);
                     }
+                    Ok(lat)
                 })
             })
             .collect();
@@ -165,19 +189,22 @@ fn in_parallel(
     })?;
     let wall = start.elapsed();
     b.finish_and_clear();
+    let done = done.into_inner();
     Ok(Timed {
-        ops: rows,
+        ops: done,
         wall,
         latencies_us: lat,
         written: bytes_written() - w0,
+        stopped_of: (done < rows).then_some(rows),
     })
 }
 
-/// Loads `order` with WRITERS threads, BATCH rows per durable write.
-/// Latencies are per batch (the write alone, not making its records).
-fn load(e: &dyn Engine, data: &DataSet, order: &[u64], name: &str) -> Result<Timed> {
+/// Loads `order` with WRITERS threads, BATCH rows per durable write, for
+/// at most `cap` (see `in_parallel`). Latencies are per batch (the write
+/// alone, not making its records).
+fn load(e: &dyn Engine, data: &DataSet, order: &[u64], name: &str, cap: Duration) -> Result<Timed> {
     let batches: Vec<&[u64]> = order.chunks(BATCH).collect();
-    in_parallel(name, order.len(), &batches, |_, rows, b| {
+    in_parallel(name, order.len(), &batches, cap, |_, rows, b| {
         let batch: Vec<Record> = rows.iter().map(|&j| data.record(j)).collect();
         let t = Instant::now();
         e.write(&batch)?;
@@ -214,6 +241,7 @@ fn each(name: &str, n: usize, cap: Duration, mut op: impl FnMut(usize) -> Result
         wall,
         latencies_us: lat,
         written: bytes_written() - w0,
+        stopped_of: None,
     })
 }
 
@@ -227,25 +255,36 @@ pub fn run(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path) -
     }
 }
 
-/// Every workload against store `name`.
+/// Every workload against store `name`. The reads and everything after
+/// them run on the table of the random-order load; when that load was
+/// stopped at its time cap, on the table of the key-order load (the run's
+/// JSON says so); when both were, nothing runs after them.
 fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path) -> Result<Json> {
     let mut results = Vec::new();
     let mut rng = StdRng::seed_from_u64(data.seed ^ 0xC0FFEE);
-    // L, key order, in a directory of its own.
-    {
+    // L, key order, then random order, each in a directory of its own.
+    let mut tables = Vec::new();
+    for (what, order) in [("L sorted", data.sorted_order()), ("L random", data.random_order())] {
         let dir = tempfile::tempdir_in(scratch).map_err(|e| e.to_string())?;
         let e = engines::open(name, dir.path())?;
-        let t = load(&*e, &data, &data.sorted_order(), &format!("{name} L sorted"))?;
-        let mut j = t.json("L sorted");
+        let t = load(&*e, &data, &order, &format!("{name} {what}"), sizes.load_cap)?;
+        let whole = t.stopped_of.is_none();
+        let mut j = t.json(what);
+        drop(e);
         j["bytes_on_disk"] = json!(engines::dir_bytes(dir.path()));
         results.push(j);
+        tables.push((whole, dir));
     }
-    let dir = tempfile::tempdir_in(scratch).map_err(|e| e.to_string())?;
+    let Some((read_on, dir)) = tables
+        .into_iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, (whole, dir))| whole.then_some((i, dir)))
+    else {
+        // Neither table holds the data set: no reads can be checked.
+        return Ok(engine_json(name, data.rows, 0, results));
+    };
     let e = engines::open(name, dir.path())?;
-    let t = load(&*e, &data, &data.random_order(), &format!("{name} L random"))?;
-    let mut j = t.json("L random");
-    j["bytes_on_disk"] = json!(engines::dir_bytes(dir.path()));
-    results.push(j);
     e.settle()?;
     let on_disk = engines::dir_bytes(dir.path());
 
@@ -351,6 +390,7 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
             wall: start.elapsed(),
             latencies_us: lat,
             written: bytes_written() - w0,
+            stopped_of: None,
         };
         let mut j = t.json("R group by right after a burst");
         // Its rate is of the queries alone, not the bursts.
@@ -359,30 +399,67 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
         j["burst_rows"] = json!(burst);
         results.push(j);
     }
-    // U: half new keys, half existing keys with new values.
-    let upsert = UpsertSet {
-        base: data,
-        fresh: DataSet::new(data.seed ^ 0xFEED, data.rows + sizes.upserts as u64),
-    };
-    let order: Vec<u64> = (0..sizes.upserts as u64)
-        .map(|i| {
-            if i % 2 == 0 {
-                data.rows + i
-            } else {
-                rng.random_range(0..data.rows)
-            }
-        })
-        .collect();
-    let t = load_upserts(&*e, &upsert, &order, &format!("{name} U upsert"))?;
-    results.push(t.json("U upsert"));
     drop(e);
-    Ok(json!({
+    let mut j = engine_json(name, data.rows, on_disk, results);
+    if read_on == 0 {
+        j["read_on"] = json!("key-order load");
+    }
+    Ok(j)
+}
+
+/// U against store `name`, in a table of its own: `data`'s rows loaded in
+/// key order (timed as "L sorted") and settled, then `sizes.upserts`
+/// upserts, half new keys and half existing keys with new values, in
+/// batches of BATCH on one thread.
+pub fn run_upserts(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path) -> Result<Json> {
+    let dir = tempfile::tempdir_in(scratch).map_err(|e| e.to_string())?;
+    let e = engines::open(name, dir.path())?;
+    let t = load(
+        &*e,
+        &data,
+        &data.sorted_order(),
+        &format!("{name} L sorted"),
+        sizes.load_cap,
+    )?;
+    let whole = t.stopped_of.is_none();
+    let mut results = vec![t.json("L sorted")];
+    // Without the whole table, an "existing" key might not exist.
+    if whole {
+        e.settle()?;
+        let upsert = UpsertSet {
+            base: data,
+            fresh: DataSet::new(data.seed ^ 0xFEED, data.rows + sizes.upserts as u64),
+        };
+        let mut rng = StdRng::seed_from_u64(data.seed ^ 0xFEED);
+        let order: Vec<u64> = (0..sizes.upserts as u64)
+            .map(|i| {
+                if i % 2 == 0 {
+                    data.rows + i
+                } else {
+                    rng.random_range(0..data.rows)
+                }
+            })
+            .collect();
+        let t = load_upserts(&*e, &upsert, &order, &format!("{name} U upsert"))?;
+        results.push(t.json("U upsert"));
+        e.settle()?;
+    }
+    drop(e);
+    let mut j = engine_json(name, data.rows, engines::dir_bytes(dir.path()), results);
+    j["pass"] = json!("upserts");
+    j["upserts"] = json!(sizes.upserts);
+    Ok(j)
+}
+
+/// One engine's results for one data set, as the report reads them.
+fn engine_json(name: &str, rows: u64, on_disk: u64, results: Vec<Json>) -> Json {
+    json!({
         "engine": name,
-        "rows": data.rows,
+        "rows": rows,
         "bytes_on_disk": on_disk,
         "peak_rss": peak_rss(),
         "results": results,
-    }))
+    })
 }
 
 /// The four queries of S, by workload name.
@@ -419,12 +496,19 @@ fn run_files(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path)
     let dir = tempfile::tempdir_in(scratch).map_err(|e| e.to_string())?;
     let order = data.sorted_order();
     let files: Vec<&[u64]> = order.chunks(engines::parquet::FILE_ROWS).collect();
-    let t = in_parallel(&format!("{name} L sorted"), order.len(), &files, |i, rows, b| {
-        let t = Instant::now();
-        let path = dir.path().join(format!("part-{i:04}.parquet"));
-        engines::parquet::write_file(&data, rows, &path, &|n| b.inc(n))?;
-        Ok(t.elapsed().as_secs_f64() * 1e6)
-    })?;
+    // No cap: every query needs all the files.
+    let t = in_parallel(
+        &format!("{name} L sorted"),
+        order.len(),
+        &files,
+        Duration::MAX,
+        |i, rows, b| {
+            let t = Instant::now();
+            let path = dir.path().join(format!("part-{i:04}.parquet"));
+            engines::parquet::write_file(&data, rows, &path, &|n| b.inc(n))?;
+            Ok(t.elapsed().as_secs_f64() * 1e6)
+        },
+    )?;
     let on_disk = engines::dir_bytes(dir.path());
     let mut j = t.json("L sorted");
     j["bytes_on_disk"] = json!(on_disk);
@@ -456,13 +540,7 @@ fn run_files(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path)
         results.push(t.json(what));
     }
     drop(e);
-    Ok(json!({
-        "engine": name,
-        "rows": data.rows,
-        "bytes_on_disk": on_disk,
-        "peak_rss": peak_rss(),
-        "results": results,
-    }))
+    Ok(engine_json(name, data.rows, on_disk, results))
 }
 
 /// One operation of A: even `i` a get, odd an update of 1-3 columns.
@@ -518,5 +596,6 @@ fn load_upserts(e: &dyn Engine, set: &UpsertSet, order: &[u64], name: &str) -> R
         wall,
         latencies_us: lat,
         written: bytes_written() - w0,
+        stopped_of: None,
     })
 }

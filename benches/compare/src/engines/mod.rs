@@ -11,6 +11,9 @@
 
 use crate::data::Record;
 
+#[macro_use]
+mod sql_rows;
+
 pub mod cellar;
 #[cfg(feature = "duckdb")]
 pub mod duck;
