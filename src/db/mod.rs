@@ -145,9 +145,13 @@ impl Database {
             .await
             .map_err(|e| Error::io("close", e))?;
         // A background task lets go of `Shared` (and with it the directory
-        // lock) a moment after it counts itself done: wait for that (up to
-        // 1 s), so a reopen right after close finds the directory free.
-        let wait = if last_handle { 1000 } else { 0 };
+        // lock) a moment after it counts itself done: wait for that, so a
+        // reopen right after close finds the directory free. With no handle
+        // left, nothing but such tasks holds `Shared`, so the wait ends as
+        // soon as the runtime polls them; the bound is for a machine so
+        // loaded that they wait their turn (1 s was not enough for the
+        // test suite on 2 busy cores).
+        let wait = if last_handle { 10_000 } else { 0 };
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait);
         while Arc::strong_count(&shared) > 1 && std::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
