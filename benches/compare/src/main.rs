@@ -136,6 +136,7 @@ fn main() {
                 jobs.extend(keyed.map(|e| (upsert_into, e.as_str(), true)));
             }
             let mut all = Vec::new();
+            let mut reported = Ok(());
             for (n, name, upserts) in jobs {
                 if upserts {
                     eprintln!("== {name}, U: {} upserts into {n} rows", sizes.upserts);
@@ -171,13 +172,18 @@ fn main() {
                     Err(e) => eprintln!("{name}: unreadable results ({e})"),
                 }
                 // After every engine, so that a long run that is cut
-                // short still leaves the figures it has.
-                if let Err(e) = report::write(&cli.out, &all, cli.quick) {
+                // short still leaves the figures it has; the last one is
+                // the report.
+                reported = report::write(&cli.out, &all, cli.quick);
+                if let Err(e) = &reported {
                     eprintln!("cellar-compare: report: {e}");
                 }
             }
-            if let Err(e) = report::write(&cli.out, &all, cli.quick) {
-                eprintln!("cellar-compare: report: {e}");
+            if all.is_empty() {
+                eprintln!("cellar-compare: no engine ran to the end; no report");
+                std::process::exit(1);
+            }
+            if reported.is_err() {
                 std::process::exit(1);
             }
         }
