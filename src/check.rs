@@ -4,8 +4,8 @@
 //! database that no longer opens: the catalog versions, each table's
 //! manifest versions (their checksums), every segment the newest manifest
 //! names (size, footer and page-index checksum, every data block's
-//! checksum; segments written before checksums are decoded whole
-//! instead), every segment of an archived table where it is (in its
+//! checksum; segments written before checksums are listed, and decoded
+//! whole with `CheckOptions::legacy`), every segment of an archived table where it is (in its
 //! archive location), and every WAL file (record checksums, a torn tail of
 //! the newest one). It holds the directory lock while it runs and changes
 //! nothing: a torn WAL tail is reported, and cut off by the next open.
@@ -73,9 +73,23 @@ impl CheckReport {
     }
 }
 
+/// What `check` does besides verifying checksums.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CheckOptions {
+    /// Decode segments written before segment checksums whole (Parquet's
+    /// decoders then meet whatever damage they hold); without it such a
+    /// segment is only listed, as a note.
+    pub legacy: bool,
+}
+
 /// Checks the database in `root`: every table, or only `table` (with the
 /// catalog; the WAL is shared by all tables and checked only without one).
 pub async fn check(root: impl AsRef<Path>, table: Option<&str>) -> Result<CheckReport> {
+    check_with(root, table, CheckOptions::default()).await
+}
+
+/// [`check`] with options.
+pub async fn check_with(root: impl AsRef<Path>, table: Option<&str>, options: CheckOptions) -> Result<CheckReport> {
     let root = root.as_ref().to_path_buf();
     if !root.join("catalog").is_dir() {
         return Err(Error::param(format!(
@@ -114,7 +128,7 @@ pub async fn check(root: impl AsRef<Path>, table: Option<&str>) -> Result<CheckR
             .and_then(|e| e.get("archive"))
             .and_then(|a| serde_json::from_value::<ArchiveRecord>(a.clone()).ok());
         if let Some(record) = archived {
-            check_archive(&record, &mut report).await?;
+            check_archive(&record, &mut report, options).await?;
             continue;
         }
         let prefix = format!("tables/{id}/manifest");
@@ -123,7 +137,7 @@ pub async fn check(root: impl AsRef<Path>, table: Option<&str>) -> Result<CheckR
         };
         let named: std::collections::HashSet<&str> = m.segments.iter().map(|s| s.path.as_str()).collect();
         for seg in &m.segments {
-            let state = match check_segment(&*store, seg).await {
+            let state = match check_segment(&*store, seg, options).await {
                 Ok(state) => state,
                 Err(e) => FileState::Damaged(e.message().to_string()),
             };
@@ -148,11 +162,11 @@ pub async fn check(root: impl AsRef<Path>, table: Option<&str>) -> Result<CheckR
 
 /// Checks an archived table's segments where they are (read whole from
 /// the archive location, credentials from `AWS_*`).
-async fn check_archive(record: &ArchiveRecord, report: &mut CheckReport) -> Result<()> {
+async fn check_archive(record: &ArchiveRecord, report: &mut CheckReport, options: CheckOptions) -> Result<()> {
     let remote = record.location.open()?;
     let url = record.location.url.trim_end_matches('/');
     for seg in &record.manifest.segments {
-        let state = match check_segment(&*remote.store, seg).await {
+        let state = match check_segment(&*remote.store, seg, options).await {
             Ok(state) => state,
             Err(e) => FileState::Damaged(e.message().to_string()),
         };
@@ -190,8 +204,15 @@ async fn check_versions<T: serde::de::DeserializeOwned>(
 }
 
 /// Checks one segment file against what its manifest entry says.
-async fn check_segment(store: &dyn ObjectStore, seg: &SegmentMeta) -> Result<FileState> {
+async fn check_segment(store: &dyn ObjectStore, seg: &SegmentMeta, options: CheckOptions) -> Result<FileState> {
     let path = ObjectPath::from(seg.path.as_str());
+    if seg.checksum.is_none() && !options.legacy {
+        return Ok(FileState::Note(
+            "written before segment checksums: not decoded (`cellar check --legacy` decodes it whole); reads \
+             refuse it unless the database is opened with legacy segments allowed"
+                .into(),
+        ));
+    }
     let bytes: Bytes = match store.get(&path).await {
         Ok(r) => r.bytes().await?,
         Err(object_store::Error::NotFound { .. }) => {

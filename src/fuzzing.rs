@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use crate::model::key::KeyRange;
 use crate::model::types::PkType;
-use crate::segment::{Segment, SegmentCursor, SegmentMeta};
+use crate::segment::{ReadChecks, Segment, SegmentCursor, SegmentMeta};
 
 /// A WAL file, as the newest file (torn tail allowed) and as an older one.
 pub fn wal_file(data: &[u8]) {
@@ -111,7 +111,7 @@ pub fn segment(data: &[u8]) {
         {
             return;
         }
-        let seg = Arc::new(Segment::new(meta, store, None, true));
+        let seg = Arc::new(Segment::new(meta, store, None, ReadChecks::VerifyOrLegacy));
         for key in [&b""[..], b"\x80\x00\x00\x00\x00\x00\x00\x01", b"\xff"] {
             let _ = seg.get(key, None).await;
         }

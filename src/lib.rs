@@ -42,7 +42,7 @@ mod error;
 mod options;
 
 pub use archive::{TransferProgress, TransferReport};
-pub use check::{CheckReport, FileCheck, FileState, check};
+pub use check::{CheckOptions, CheckReport, FileCheck, FileState, check, check_with};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::queued::QueuedWrites;
 pub use db::table::{Table, TableStats};

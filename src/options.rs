@@ -86,6 +86,11 @@ pub struct DbOptions {
     /// (see `docs/reliability.md`; a damaged block is then an error, not
     /// other data). Defaults to true; off, damage may be served as data.
     pub verify_checksums: bool,
+    /// Decode segments written before segment checksums (read unchecked:
+    /// damage in them reaches Parquet's decoders). Off by default: reading
+    /// such a segment fails and names it. A full compaction with this on
+    /// rewrites a table's old segments with checksums.
+    pub legacy_segments: bool,
     /// Bytes of column chunks read from archived tables kept in memory,
     /// so that a repeated scan does not fetch them again (least recently
     /// used first out; 0: none). Defaults to 256 MiB.
@@ -111,6 +116,7 @@ impl Default for DbOptions {
             compaction_check_interval: std::time::Duration::from_secs(60),
             background_overlays: Some(std::time::Duration::from_millis(100)),
             verify_checksums: true,
+            legacy_segments: false,
             archive_cache_bytes: 256 << 20,
             clock: Arc::new(SystemClock),
             object_store: None,

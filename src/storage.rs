@@ -17,7 +17,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::{Error, Result};
-use crate::segment::{Segment, SegmentMeta, SegmentWriteOptions};
+use crate::segment::{ReadChecks, Segment, SegmentMeta, SegmentWriteOptions};
 
 /// Where segment files are written and how.
 #[derive(Clone)]
@@ -26,8 +26,8 @@ pub(crate) struct Storage {
     /// The local directory behind `store`, to fsync new files.
     pub local_root: Option<PathBuf>,
     pub segment_options: SegmentWriteOptions,
-    /// Whether segments opened by this database check their checksums.
-    pub verify_checksums: bool,
+    /// How segments opened by this database use their checksums.
+    pub read_checks: ReadChecks,
     /// Column chunks read from archived segments (`DbOptions::archive_cache_bytes`).
     pub chunk_cache: Arc<crate::segment::chunk_cache::ChunkCache>,
 }
@@ -39,7 +39,7 @@ impl Storage {
             meta,
             self.store.clone(),
             self.local_root.as_deref(),
-            self.verify_checksums,
+            self.read_checks,
         ))
     }
 }

@@ -37,6 +37,10 @@ pub struct Cli {
     /// Data directory [default: $CELLAR_DATA, else ./cellar-data]
     #[arg(long, global = true)]
     pub data: Option<PathBuf>,
+    /// Decode segments written before segment checksums (unchecked); `compact`
+    /// with it rewrites a table's old segments with checksums
+    #[arg(long, global = true)]
+    pub legacy_segments: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -263,6 +267,10 @@ pub enum Command {
     Check {
         /// Only this table's files (and the catalog)
         table: Option<String>,
+        /// Also decode segments written before segment checksums, whole
+        /// (without it they are listed as a note)
+        #[arg(long)]
+        legacy: bool,
     },
     /// Write a table as plain Parquet files to an empty directory or S3 prefix
     Export {
@@ -361,11 +369,15 @@ fn parse_json(s: &str, what: &str) -> Result<Json> {
 }
 
 async fn run(cli: Cli) -> Result<i32> {
-    if let Command::Check { table } = &cli.command {
+    if let Command::Check { table, legacy } = &cli.command {
         // On the files alone: a database that no longer opens is checked too.
-        return check(&data_dir(&cli), table.as_deref()).await;
+        return check(&data_dir(&cli), table.as_deref(), *legacy).await;
     }
-    let db = Database::open(data_dir(&cli)).await?;
+    let options = crate::DbOptions {
+        legacy_segments: cli.legacy_segments,
+        ..Default::default()
+    };
+    let db = Database::open_with(data_dir(&cli), options).await?;
     let code = run_command(&db, cli.command).await;
     db.close().await?;
     code
@@ -594,8 +606,8 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
 /// `cellar check`: one line per file (`ok`, `note` or `DAMAGED`, the
 /// path relative to the data directory, what was found), then a summary.
 /// Exit 0 when nothing is damaged, 3 when something is.
-async fn check(dir: &std::path::Path, table: Option<&str>) -> Result<i32> {
-    let report = crate::check(dir, table).await?;
+async fn check(dir: &std::path::Path, table: Option<&str>, legacy: bool) -> Result<i32> {
+    let report = crate::check_with(dir, table, crate::CheckOptions { legacy }).await?;
     let mut out = String::new();
     for f in &report.files {
         let line = match &f.state {

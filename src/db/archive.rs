@@ -530,7 +530,7 @@ fn archived_segments(
         .segments
         .iter()
         .map(|m| {
-            let seg = Segment::new(m.clone(), remote.store.clone(), None, storage.verify_checksums)
+            let seg = Segment::new(m.clone(), remote.store.clone(), None, storage.read_checks)
                 .with_chunk_cache(storage.chunk_cache.clone());
             let seg = match storage.local_root {
                 Some(_) => seg.with_tail_cache(tail_cache_dir(root, t.id).join(format!("{}.tail", m.id))),

@@ -8,7 +8,6 @@
 //! task that outlives the handles keeps other processes out until it ends.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -45,7 +44,15 @@ pub(crate) struct Shared {
     pub(super) compaction_slots: tokio::sync::Semaphore,
     /// The directory lock; released when the last flush task lets go of
     /// `Shared`, so no other process can open the directory under it.
-    pub(super) _lock: File,
+    pub(super) lock: Option<super::open::DirLock>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Released before the rest of `Shared` goes, and taken off the
+        // process's list in the same step (see `open::DirLock`).
+        drop(self.lock.take());
+    }
 }
 
 impl CommitHost for Shared {

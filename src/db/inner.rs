@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::background::Shared;
 use super::catalog::CatalogFile;
-use super::queued::{Accepted, QueuedWrites, Requeue};
+use super::queued::{Accepted, QueuedWrites};
 use crate::compaction;
 use crate::error::{Error, ErrorKind, Result};
 use crate::flush;
@@ -23,7 +23,8 @@ use crate::model::api::{ReturnType, RowWrite, WriteResult};
 use crate::model::capacity::CapacityUnit;
 use crate::model::row::Mutation;
 use crate::model::types::{PkValue, Row};
-use crate::state::{Snapshot, TableInner};
+use crate::state::{MemChain, Snapshot, TableInner};
+use crate::write::checked::CheckedWrite;
 use crate::write::committer::{CommitAck, CommitMsg, PendingWrite};
 use crate::write::{condition, validate};
 
@@ -53,15 +54,6 @@ impl Drop for DbInner {
         if let Some(h) = self.committer.lock().take() {
             let _ = h.join();
         }
-    }
-}
-
-impl Requeue for DbInner {
-    fn requeue(
-        self: Arc<Self>,
-        writes: Vec<(String, RowWrite)>,
-    ) -> futures::future::BoxFuture<'static, Result<QueuedWrites>> {
-        Box::pin(async move { self.enqueue_many(writes).await })
     }
 }
 
@@ -101,12 +93,12 @@ impl DbInner {
     /// one group. Returns once the group is queued: groups queued one after
     /// another by one caller get ascending sequence numbers, so a caller
     /// that pipelines (queues the next group before the previous one is
-    /// durable) keeps its writes in order. (A checked write that conflicts
-    /// is queued again when its group is awaited, so it commits later.)
+    /// durable) keeps its writes in order, checked writes included.
     ///
     /// A write with a condition or an increment reads its row first, on a
     /// snapshot taken once per table for the whole call, and carries that
-    /// snapshot's sequence to the committer (see `write::committer`).
+    /// snapshot's sequence and the row to the committer, which decides it
+    /// again if the row changed since (see `write::checked`).
     pub(crate) async fn enqueue_many<T: AsRef<str>>(
         self: &Arc<Self>,
         writes: impl IntoIterator<Item = (T, RowWrite)>,
@@ -115,7 +107,7 @@ impl DbInner {
         let writes = writes.into_iter();
         let mut results = Vec::with_capacity(writes.size_hint().0);
         let mut pending = Vec::with_capacity(writes.size_hint().0);
-        let mut snapshots: Vec<(u64, Snapshot)> = Vec::new();
+        let mut snapshots: Vec<(u64, Snapshot, Arc<MemChain>)> = Vec::new();
         for (table, w) in writes {
             let r = self
                 .prepare(table.as_ref(), w, now, &mut snapshots)
@@ -137,7 +129,7 @@ impl DbInner {
                     .for_each(|r| *r = Err(e.clone())),
             }
         }
-        Ok(QueuedWrites::new(self.clone(), results, ack))
+        Ok(QueuedWrites::new(results, ack))
     }
 
     /// Checks one write (its condition against the row, when it has one)
@@ -147,7 +139,7 @@ impl DbInner {
         table: &str,
         w: RowWrite,
         now: i64,
-        snapshots: &mut Vec<(u64, Snapshot)>,
+        snapshots: &mut Vec<(u64, Snapshot, Arc<MemChain>)>,
     ) -> Result<(PendingWrite, Accepted)> {
         let t = self.table_inner(table)?;
         if t.read_only.load(Ordering::Acquire) {
@@ -163,69 +155,81 @@ impl DbInner {
             .any(|(_, v)| *v == PkValue::AutoIncrement);
         // A write with an auto-increment placeholder makes a new row (its
         // condition is `ignore`): its increments start from nothing.
-        let (v, checked_at, retry) = if w.reads_row() && !new_row {
+        let row = |columns| pk.map(|primary_key| Row { primary_key, columns });
+        if w.reads_row() && !new_row {
             let (key, _) = validate::precheck(&t.schema, &w)?;
-            if !snapshots.iter().any(|(id, _)| *id == t.id) {
-                snapshots.push((t.id, t.snapshot(&self.shared.visible_seq)));
+            if !snapshots.iter().any(|(id, _, _)| *id == t.id) {
+                let (snap, chain) = t.checked_snapshot(&self.shared.visible_seq);
+                snapshots.push((t.id, snap, chain));
             }
-            let snap = &snapshots.iter().find(|(id, _)| *id == t.id).expect("just added").1;
+            let (_, snap, chain) = snapshots.iter().find(|(id, _, _)| *id == t.id).expect("just added");
             let state = snap.get_state(&key, None).await?;
-            let retry = Some(Box::new((table.to_string(), w.clone())));
+            let write = w.clone();
             let checked = condition::check(&t.schema, &snap.options, now, &w, state.as_ref())
                 .and_then(|_| validate::to_mutation(&t.schema, &snap.options, now, w, state.as_ref()));
-            match checked {
-                Ok(v) => (v, Some(snap.seq), retry),
-                Err(e) => {
-                    // The failure stands only if the row did not change
-                    // after the snapshot: the committer says (a probe).
-                    let probe = PendingWrite {
-                        table: t,
-                        key,
-                        mutation: Mutation::Delete,
-                        checked_at: Some(snap.seq),
-                        auto_increment: None,
-                        probe: true,
-                    };
-                    let failed = Accepted {
-                        result: WriteResult::default(),
-                        slot: 0,
-                        auto_increment: None,
-                        retry,
-                        failed: Some(Box::new(e)),
-                    };
-                    return Ok((probe, failed));
-                }
-            }
-        } else {
-            let opts = *t.options.read();
-            (validate::to_mutation(&t.schema, &opts, now, w, None)?, None, None)
-        };
-        let row = pk.map(|primary_key| Row {
-            primary_key,
-            columns: match return_type {
-                ReturnType::AfterModify => v.mutation.written_cells(),
-                _ => Vec::new(),
-            },
-        });
-        // A checked write also read its row: 1 read CU.
-        let consumed = CapacityUnit {
-            read: checked_at.is_some() as u64,
-            write: CapacityUnit::units(v.data_bytes),
-        };
+            let (mutation, data_bytes, failed) = match checked {
+                Ok(v) => (v.mutation, v.data_bytes, None),
+                // The failure stands only if the row did not change after
+                // the snapshot; the committer decides (`write::checked`).
+                Err(e) => (Mutation::Delete, 0, Some(Box::new(e))),
+            };
+            let accepted = Accepted {
+                result: WriteResult {
+                    // A checked write also read its row: 1 read CU.
+                    consumed: CapacityUnit {
+                        read: 1,
+                        write: CapacityUnit::units(data_bytes),
+                    },
+                    row: row(match return_type {
+                        ReturnType::AfterModify => mutation.written_cells(),
+                        _ => Vec::new(),
+                    }),
+                },
+                slot: 0,
+                auto_increment: None,
+                failed,
+            };
+            let check = CheckedWrite {
+                at: snap.seq,
+                state,
+                chain: chain.clone(),
+                write,
+                now_ms: now,
+                options: snap.options,
+                failed: accepted.failed.is_some(),
+            };
+            let pending = PendingWrite {
+                table: t,
+                key,
+                mutation,
+                auto_increment: None,
+                check: Some(Box::new(check)),
+            };
+            return Ok((pending, accepted));
+        }
+        let opts = *t.options.read();
+        let v = validate::to_mutation(&t.schema, &opts, now, w, None)?;
         let accepted = Accepted {
-            result: WriteResult { consumed, row },
+            result: WriteResult {
+                consumed: CapacityUnit {
+                    read: 0,
+                    write: CapacityUnit::units(v.data_bytes),
+                },
+                row: row(match return_type {
+                    ReturnType::AfterModify => v.mutation.written_cells(),
+                    _ => Vec::new(),
+                }),
+            },
             slot: 0,
             auto_increment: v.auto_increment.and(auto_increment),
-            retry,
             failed: None,
         };
         let pending = PendingWrite {
             table: t,
             key: v.key,
             mutation: v.mutation,
-            checked_at,
             auto_increment: v.auto_increment,
-            probe: false,
+            check: None,
         };
         Ok((pending, accepted))
     }

@@ -27,7 +27,7 @@ use super::inner::DbInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::options::DbOptions;
-use crate::segment::SegmentWriteOptions;
+use crate::segment::{ReadChecks, SegmentWriteOptions};
 use crate::state::TableInner;
 use crate::storage::Storage;
 use crate::wal::{self, WalWriter};
@@ -51,7 +51,7 @@ impl Database {
         let root = path.as_ref().to_path_buf();
         std::fs::create_dir_all(root.join("wal"))
             .map_err(|e| Error::io(format!("create data directory {}", root.display()), e))?;
-        let lock = lock_dir(&root)?;
+        let lock = DirLock::acquire(&root).await?;
         let (store, local_root): (Arc<dyn ObjectStore>, _) = match &options.object_store {
             Some(store) => (store.clone(), None),
             None => (
@@ -78,7 +78,7 @@ impl Database {
                 page_bytes: options.page_bytes,
                 numeric_dictionary_bytes: options.numeric_dictionary_bytes,
             },
-            verify_checksums: options.verify_checksums,
+            read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),
             chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
                 options.archive_cache_bytes,
             )),
@@ -173,8 +173,11 @@ impl Database {
             closed: Arc::new(AtomicBool::new(false)),
             background_in_flight: AtomicUsize::new(0),
             compaction_slots,
-            _lock: lock,
+            lock: Some(lock),
         });
+        if let Some(lock) = &shared.lock {
+            lock.register(&shared);
+        }
         let (tx, rx) = mpsc::channel(4096);
         let _ = shared.commit_tx.set(tx.downgrade());
         let host: Arc<dyn CommitHost> = shared.clone();
@@ -326,6 +329,93 @@ async fn delete_staged_uploads(tables: PathBuf) -> Result<()> {
     })
     .await
     .map_err(|e| Error::io("delete staged uploads", e))?
+}
+
+/// The directory lock of a database open in this process.
+///
+/// The lock belongs to the database's shared state, which background work
+/// (a flush, a compaction) holds until it ends: dropping the last
+/// `Database` handle stops new work and the committer, but a task already
+/// running finishes first. An open of the same directory in this process
+/// meanwhile waits for that release instead of failing with
+/// `DatabaseLocked` (the process list below tells it the holder is
+/// closing); a directory that is open here, or in another process, is
+/// refused at once.
+pub(crate) struct DirLock {
+    file: Option<File>,
+    key: PathBuf,
+}
+
+/// Data directories locked by this process, with their databases.
+static LOCKED_HERE: parking_lot::Mutex<Vec<(PathBuf, std::sync::Weak<Shared>)>> = parking_lot::Mutex::new(Vec::new());
+
+/// How long an open waits for a closing database of this process to let
+/// go of its directory.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl DirLock {
+    async fn acquire(root: &Path) -> Result<DirLock> {
+        let key = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        loop {
+            let err = match lock_dir(root) {
+                Ok(file) => return Ok(DirLock { file: Some(file), key }),
+                Err(e) if e.kind() == ErrorKind::DatabaseLocked => e,
+                Err(e) => return Err(e),
+            };
+            let holder = LOCKED_HERE
+                .lock()
+                .iter()
+                .find(|(p, _)| *p == key)
+                .map(|(_, w)| w.upgrade());
+            let closing = match holder {
+                // Another process (or an open of this one under way).
+                None => return Err(err),
+                Some(Some(shared)) => shared.closed.load(Ordering::Acquire),
+                // Being dropped right now.
+                Some(None) => true,
+            };
+            if !closing {
+                return Err(Error::new(
+                    ErrorKind::DatabaseLocked,
+                    format!(
+                        "the data directory {} is in use: it is already open in this process; share that Database \
+                         (clones are cheap) or close it before opening the directory again",
+                        root.display()
+                    ),
+                ));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::DatabaseLocked,
+                    format!(
+                        "the data directory {} is in use: a closed database of this process still holds it after {} s \
+                         (its background flush or compaction has not finished); try again later",
+                        root.display(),
+                        RELEASE_WAIT.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Lists the lock as held by `shared` (see [`DirLock`]).
+    fn register(&self, shared: &Arc<Shared>) {
+        LOCKED_HERE.lock().push((self.key.clone(), Arc::downgrade(shared)));
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // One step under the list's lock: an open that finds no entry
+        // finds the file unlocked too.
+        let mut list = LOCKED_HERE.lock();
+        drop(self.file.take());
+        if let Some(i) = list.iter().position(|(p, w)| *p == self.key && w.strong_count() == 0) {
+            list.swap_remove(i);
+        }
+    }
 }
 
 pub(crate) fn lock_dir(root: &Path) -> Result<File> {

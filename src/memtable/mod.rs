@@ -445,6 +445,31 @@ impl Memtable {
         }
     }
 
+    /// Applies this memtable's writes of `key` with sequence above `after`
+    /// onto `state`, in sequence order: `state` as of `after` becomes the
+    /// row as of this memtable's newest write. Returns false when it has
+    /// none.
+    pub fn apply_after(&self, key: &[u8], after: u64, state: &mut RowState) -> bool {
+        if self.max_seq() <= after {
+            return false;
+        }
+        let map = self.map.read();
+        match map.keys.get(key) {
+            Some(Ops::Put(seq, packed)) if *seq > after => {
+                state.apply(*seq, &unpack(packed, &map.names.columns));
+                true
+            }
+            Some(Ops::Many(ops)) => {
+                let newer = &ops[ops.partition_point(|(s, _)| *s <= after)..];
+                for (seq, m) in newer {
+                    state.apply(*seq, m);
+                }
+                !newer.is_empty()
+            }
+            _ => false,
+        }
+    }
+
     /// True when the newest write of `key` at or before `snapshot` here is
     /// a PutRow or DeleteRow, which hides every older source.
     pub fn hides_older(&self, key: &[u8], snapshot: u64) -> bool {

@@ -93,6 +93,35 @@ impl SegmentMeta {
     }
 }
 
+/// How a segment's reads use its checksums (`DbOptions::verify_checksums`,
+/// `DbOptions::legacy_segments`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadChecks {
+    /// Every byte is checked before it is decoded; a segment written
+    /// before checksums is refused (damage in it would reach Parquet's
+    /// decoders unseen).
+    Verify,
+    /// As `Verify`, but a segment written before checksums is decoded
+    /// unchecked.
+    VerifyOrLegacy,
+    /// Nothing is checked.
+    Off,
+}
+
+impl ReadChecks {
+    pub fn new(verify: bool, legacy: bool) -> Self {
+        match (verify, legacy) {
+            (false, _) => ReadChecks::Off,
+            (true, false) => ReadChecks::Verify,
+            (true, true) => ReadChecks::VerifyOrLegacy,
+        }
+    }
+
+    fn verify(self) -> bool {
+        self != ReadChecks::Off
+    }
+}
+
 /// An open segment: its metadata plus the lazily loaded Parquet footer.
 pub(crate) struct Segment {
     pub meta: SegmentMeta,
@@ -109,8 +138,8 @@ pub(crate) struct Segment {
     /// The data region's block checksums, from the footer (set with
     /// `reader_meta` for a segment that has them).
     checks: std::sync::OnceLock<Arc<checksum::BlockChecks>>,
-    /// Whether reads check the file's checksums (`DbOptions::verify_checksums`).
-    verify: bool,
+    /// How reads use the file's checksums.
+    read_checks: ReadChecks,
     /// A local file keeping the file's tail (page index and footer) for
     /// the next process, for a segment in a remote store (see
     /// [`Segment::with_tail_cache`]).
@@ -152,7 +181,7 @@ impl Segment {
         meta: SegmentMeta,
         store: Arc<dyn ObjectStore>,
         local_root: Option<&std::path::Path>,
-        verify: bool,
+        read_checks: ReadChecks,
     ) -> Self {
         let (min_key, max_key) = meta.key_bounds();
         Segment {
@@ -166,7 +195,7 @@ impl Segment {
             view_meta: OnceCell::new(),
             blooms: OnceCell::new(),
             checks: std::sync::OnceLock::new(),
-            verify,
+            read_checks,
             tail_cache: None,
             chunk_cache: None,
             obsolete: AtomicBool::new(false),

@@ -28,10 +28,22 @@ impl Segment {
         self.reader_meta
             .get_or_try_init(|| {
                 super::no_panic_async(&self.meta.path, async {
+                    if self.read_checks == super::ReadChecks::Verify && self.meta.checksum.is_none() {
+                        return Err(Error::new(
+                            crate::error::ErrorKind::Corruption,
+                            format!(
+                                "segment {} was written before segment checksums, so damage in it could not be \
+                                 told from data; it is not decoded unless asked: open the database with \
+                                 `DbOptions::legacy_segments` (`cellar --legacy-segments ...`) and compact the table \
+                                 to rewrite it with checksums, or verify it with `cellar check --legacy`",
+                                self.meta.path
+                            ),
+                        ));
+                    }
                     let corrupt = |e| Error::corruption(format!("segment {}: {e}", self.meta.path));
                     let mut reader = self.object_reader(true);
                     // The footer is parsed only once the tail's checksum matched.
-                    let sum = (self.verify || self.tail_cache.is_some())
+                    let sum = (self.read_checks.verify() || self.tail_cache.is_some())
                         .then_some(self.meta.checksum.as_ref())
                         .flatten();
                     if let Some(sum) = sum {
@@ -49,7 +61,7 @@ impl Segment {
                         };
                         reader.tail = Some((sum.data_bytes, tail));
                     }
-                    let sum = sum.filter(|_| self.verify);
+                    let sum = sum.filter(|_| self.read_checks.verify());
                     let opts = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
                     let meta = ArrowReaderMetadata::load_async(&mut reader, opts)
                         .await

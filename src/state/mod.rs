@@ -9,13 +9,15 @@
 //! Invariants: the segment list is ordered oldest first (ascending
 //! `max_seq`) and changes only through [`TableInner::commit_manifest`],
 //! after the manifest version recording the change is durable; frozen
-//! memtables leave the state only once their segment is committed. See
-//! `docs/architecture.md`.
+//! memtables leave the state only once their segment is committed; the
+//! active memtable is replaced only by [`TableState::freeze_active`], which
+//! links the new one into the [`MemChain`], so the chain from any memtable
+//! reaches every write committed after it. See `docs/architecture.md`.
 
 use std::collections::HashSet;
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -29,11 +31,85 @@ use crate::segment::Segment;
 mod commit;
 
 pub(crate) struct TableState {
+    /// Where the committer inserts; replaced only by [`TableState::freeze_active`].
     pub active: Arc<Memtable>,
+    /// The active memtable's link in the table's [`MemChain`].
+    chain: Arc<MemChain>,
     /// Frozen memtables waiting for their flush, oldest first.
     pub immutables: Vec<Arc<Memtable>>,
     /// Segments, oldest first (ascending `max_seq`).
     pub segments: Arc<Vec<Arc<Segment>>>,
+}
+
+impl TableState {
+    fn new(segments: Vec<Arc<Segment>>) -> Self {
+        let active = Arc::new(Memtable::new());
+        TableState {
+            chain: Arc::new(MemChain {
+                mem: active.clone(),
+                next: OnceLock::new(),
+            }),
+            active,
+            immutables: Vec::new(),
+            segments: Arc::new(segments),
+        }
+    }
+
+    /// Freezes the active memtable (unless it is empty) and links the new
+    /// one into the chain. Only the committer calls it.
+    pub fn freeze_active(&mut self) {
+        if self.active.is_empty() {
+            return;
+        }
+        let fresh = Arc::new(Memtable::new());
+        let link = Arc::new(MemChain {
+            mem: fresh.clone(),
+            next: OnceLock::new(),
+        });
+        // The old link is only ever given a successor here, once.
+        let _ = self.chain.next.set(link.clone());
+        self.chain = link;
+        let frozen = std::mem::replace(&mut self.active, fresh);
+        self.immutables.push(frozen);
+    }
+}
+
+/// The table's memtables in the order they were active, each linked to
+/// the next. A checked write holds the link of the memtable that was
+/// active when it read its row: through it the committer reaches every
+/// write made to the row since, also in memtables flushed and dropped from
+/// the state meanwhile. Only such writes hold links (never a reader's
+/// snapshot), so flushed memtables stay in memory only while a checked
+/// write that may need them waits for the committer.
+pub(crate) struct MemChain {
+    pub mem: Arc<Memtable>,
+    next: OnceLock<Arc<MemChain>>,
+}
+
+impl MemChain {
+    /// This link's memtable and every later one, oldest first.
+    pub fn iter(self: &Arc<Self>) -> impl Iterator<Item = &Arc<Memtable>> {
+        let mut link = Some(&**self);
+        std::iter::from_fn(move || {
+            let l = link?;
+            link = l.next.get().map(|n| &**n);
+            Some(&l.mem)
+        })
+    }
+}
+
+impl Drop for MemChain {
+    /// Unlinks iteratively: a long chain dropped at once would otherwise
+    /// recurse once per link.
+    fn drop(&mut self) {
+        let mut next = self.next.take();
+        while let Some(link) = next {
+            match Arc::try_unwrap(link) {
+                Ok(mut l) => next = l.next.take(),
+                Err(_) => break,
+            }
+        }
+    }
 }
 
 pub(crate) struct TableInner {
@@ -173,11 +249,7 @@ impl TableInner {
             manifest_log: ManifestLog::new(&format!("tables/{id}/manifest")),
             schema,
             options: RwLock::new(options),
-            state: RwLock::new(TableState {
-                active: Arc::new(Memtable::new()),
-                immutables: Vec::new(),
-                segments: Arc::new(segments),
-            }),
+            state: RwLock::new(TableState::new(segments)),
             manifest: tokio::sync::Mutex::new((manifest_version, manifest)),
             dropped: AtomicBool::new(false),
             stats,
@@ -204,7 +276,10 @@ impl TableInner {
     }
 
     pub fn snapshot(&self, visible_seq: &AtomicU64) -> Snapshot {
-        let st = self.state.read();
+        self.snapshot_locked(&self.state.read(), visible_seq)
+    }
+
+    fn snapshot_locked(&self, st: &TableState, visible_seq: &AtomicU64) -> Snapshot {
         let seq = visible_seq.load(Ordering::Acquire);
         let mut memtables = st.immutables.clone();
         memtables.push(st.active.clone());
@@ -216,20 +291,14 @@ impl TableInner {
         }
     }
 
-    /// Whether `key` may have a write committed after sequence `seq`: one
-    /// in a memtable, or a segment newer than `seq` whose key range holds
-    /// it (conservative: a flush or compaction that finished since counts).
-    pub fn changed_since(&self, key: &[u8], seq: u64) -> bool {
+    /// A snapshot for a write that reads its row, with the chain link of
+    /// the memtable active at that moment (taken under one lock, so every
+    /// write after the snapshot's sequence is in that memtable or a later
+    /// one).
+    pub fn checked_snapshot(&self, visible_seq: &AtomicU64) -> (Snapshot, Arc<MemChain>) {
         let st = self.state.read();
-        if std::iter::once(&st.active)
-            .chain(st.immutables.iter())
-            .any(|m| m.max_seq() > seq && m.newest_seq(key) > seq)
-        {
-            return true;
-        }
-        st.segments
-            .iter()
-            .any(|s| s.meta.max_seq > seq && s.min_key.as_slice() <= key && key <= s.max_key.as_slice())
+        let chain = st.chain.clone();
+        (self.snapshot_locked(&st, visible_seq), chain)
     }
 
     /// Smallest sequence not yet in a segment, if any write is unflushed.

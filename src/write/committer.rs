@@ -8,15 +8,16 @@
 //! group. One fsync thus serves many writers (group commit).
 //!
 //! A write that was checked against a snapshot (a condition or an
-//! increment) carries that snapshot's sequence number; the committer
-//! refuses it as a *conflict* when its row has a write committed after the
-//! snapshot, or an earlier write in the same group, and the writer checks
-//! it again. A write whose condition failed on its snapshot comes as a
-//! *probe*: it is never logged, and the committer only says whether the
-//! row changed since (then the writer checks again) or not (then the
-//! failure stands). So a check sees every write queued before it, the
-//! writer's own earlier writes included, whether it passes or fails. A write with an auto-increment key gets its sequence number
-//! as the key column's value, written into the key before it is logged.
+//! increment) carries that snapshot's sequence number and the row it read;
+//! when its row has had a write since (committed after the snapshot, or
+//! earlier in the same group), the committer checks it again on the row as
+//! it is at the write's place ([`super::checked`]). A write whose check
+//! failed on its snapshot comes too, with nothing to write: its failure
+//! stands only if the row did not change. So a check sees exactly the
+//! writes sequenced before it, the writer's own earlier writes included,
+//! and keeps its place in the order. A write with an auto-increment key
+//! gets its sequence number as the key column's value, written into the
+//! key before it is logged.
 //!
 //! Local transactions lock a partition here (see [`super::locks`]): a
 //! write to a held partition is refused with `RowOperationConflict`, and a
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::checked::{self, CheckedWrite, Decided};
 use super::locks::PartitionLocks;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::row::Mutation;
@@ -44,14 +46,10 @@ pub(crate) struct PendingWrite {
     pub table: Arc<TableInner>,
     pub key: Vec<u8>,
     pub mutation: Mutation,
-    /// The snapshot the write's condition was checked against: the write
-    /// is a conflict if its row changed after it.
-    pub checked_at: Option<u64>,
     /// Where the 8 bytes of the auto-increment placeholder are in `key`.
     pub auto_increment: Option<usize>,
-    /// Only a conflict check (of a write that failed its condition on its
-    /// snapshot): never logged, never applied.
-    pub probe: bool,
+    /// A write that read its row: decided again if the row changed since.
+    pub check: Option<Box<CheckedWrite>>,
 }
 
 impl PendingWrite {
@@ -61,9 +59,8 @@ impl PendingWrite {
             table,
             key,
             mutation,
-            checked_at: None,
             auto_increment: None,
-            probe: false,
+            check: None,
         }
     }
 }
@@ -74,12 +71,12 @@ pub(crate) struct CommitAck {
     /// The sequence number of the message's first committed write; the
     /// others follow, one each, in order.
     pub first_seq: u64,
-    /// Writes of the message (indices, ascending) not committed because
-    /// their row changed after the snapshot they were checked against.
-    pub conflicts: Vec<usize>,
-    /// Every write of the message not committed: the conflicts, the
-    /// probes and the refused (ascending).
+    /// Every write of the message not committed: checked writes whose
+    /// check fails at their place, and the refused (ascending).
     pub uncommitted: Vec<usize>,
+    /// Checked writes whose row changed after their snapshot, decided
+    /// again at their place: the result (indices ascending).
+    pub decided: Vec<(usize, Result<Decided>)>,
     /// Writes refused, with why (a local transaction holds the partition).
     pub refused: Vec<(usize, Error)>,
 }
@@ -183,7 +180,7 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                         let _ = done.send(Err(w.table.read_only_error()));
                     } else {
                         if !locks.is_empty() {
-                            for (i, w) in writes.iter().enumerate().filter(|(_, w)| !w.probe) {
+                            for (i, w) in writes.iter().enumerate() {
                                 if let Some(e) = locks.check(&w.table, &w.key, now) {
                                     refused.push((group.len() + i, e));
                                 }
@@ -237,22 +234,21 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
             }
         }
         if !group.is_empty() {
-            let conflicts = find_conflicts(&group, &refused);
-            let uncommitted: Vec<usize> =
-                if conflicts.is_empty() && refused.is_empty() && !group.iter().any(|w| w.probe) {
-                    Vec::new()
-                } else {
-                    let is_refused = |i: usize| refused.binary_search_by_key(&i, |(c, _)| *c).is_ok();
-                    let out: Vec<usize> = (0..group.len())
-                        .filter(|i| group[*i].probe || is_refused(*i) || conflicts.binary_search(i).is_ok())
-                        .collect();
-                    let mut i = 0;
-                    group.retain(|_| {
-                        i += 1;
-                        out.binary_search(&(i - 1)).is_err()
-                    });
-                    out
-                };
+            let decisions = checked::decide(&mut group, &refused, next_seq);
+            let uncommitted: Vec<usize> = if decisions.failed.is_empty() && refused.is_empty() {
+                Vec::new()
+            } else {
+                let is_refused = |i: usize| refused.binary_search_by_key(&i, |(c, _)| *c).is_ok();
+                let out: Vec<usize> = (0..group.len())
+                    .filter(|i| is_refused(*i) || decisions.failed.binary_search(i).is_ok())
+                    .collect();
+                let mut i = 0;
+                group.retain(|_| {
+                    i += 1;
+                    out.binary_search(&(i - 1)).is_err()
+                });
+                out
+            };
             let mut touched: Vec<Arc<TableInner>> = Vec::new();
             for w in &group {
                 if !touched.iter().any(|t| Arc::ptr_eq(t, &w.table)) {
@@ -267,7 +263,7 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                         e.message()
                     ),
                 )),
-                // Nothing to log: probes and conflicts only.
+                // Nothing to log: failed checks and refusals only.
                 None if group.is_empty() => Ok(next_seq),
                 None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, &mut group),
             };
@@ -282,7 +278,7 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 // rolled back fails only its own group.
                 failed.get_or_insert_with(|| e.clone());
             }
-            // Hand each message its first sequence and its conflicts.
+            // Hand each message its first sequence and its decisions.
             let mut next = *result.as_ref().unwrap_or(&0);
             let mut start = 0;
             let mine = |all: &[usize], start: usize, n: usize| -> Vec<usize> {
@@ -293,10 +289,17 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
             for (done, n) in acks {
                 let from = refused.partition_point(|(c, _)| *c < start);
                 let to = refused.partition_point(|(c, _)| *c < start + n);
+                let (dfrom, dto) = (
+                    decisions.decided.partition_point(|(c, _)| *c < start),
+                    decisions.decided.partition_point(|(c, _)| *c < start + n),
+                );
                 let ack = CommitAck {
                     first_seq: next,
-                    conflicts: mine(&conflicts, start, n),
                     uncommitted: mine(&uncommitted, start, n),
+                    decided: decisions.decided[dfrom..dto]
+                        .iter()
+                        .map(|(c, d)| (c - start, d.clone()))
+                        .collect(),
                     refused: refused[from..to].iter().map(|(c, e)| (c - start, e.clone())).collect(),
                 };
                 next += (n - ack.uncommitted.len()) as u64;
@@ -337,33 +340,6 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
 /// The in-memory size of some writes, for the group's byte budget.
 fn payload_bytes(writes: &[PendingWrite]) -> usize {
     writes.iter().map(|w| w.key.len() + w.mutation.approx_bytes()).sum()
-}
-
-/// The writes of `group` (indices, ascending) whose condition no longer
-/// holds for certain: their row has a write committed after the snapshot
-/// they were checked against, or an earlier write in this group.
-fn find_conflicts(group: &[PendingWrite], refused: &[(usize, Error)]) -> Vec<usize> {
-    if group.iter().all(|w| w.checked_at.is_none()) {
-        return Vec::new();
-    }
-    let mut written: std::collections::HashSet<(u64, &[u8])> = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    for (i, w) in group.iter().enumerate() {
-        if refused.binary_search_by_key(&i, |(c, _)| *c).is_ok() {
-            continue;
-        }
-        if let Some(snapshot) = w.checked_at
-            && (written.contains(&(w.table.id, &w.key[..])) || w.table.changed_since(&w.key, snapshot))
-        {
-            out.push(i);
-            continue;
-        }
-        // An auto-increment key is new (its placeholder is not its key).
-        if w.auto_increment.is_none() && !w.probe {
-            written.insert((w.table.id, &w.key[..]));
-        }
-    }
-    out
 }
 
 /// Logs and applies one group; returns the first sequence it used.
@@ -418,13 +394,7 @@ fn maybe_freeze(host: &dyn CommitHost, wal: &mut WalWriter, touched: &[Arc<Table
 }
 
 fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>, schedule: bool) {
-    {
-        let mut st = table.state.write();
-        if !st.active.is_empty() {
-            let frozen = std::mem::replace(&mut st.active, Arc::new(crate::memtable::Memtable::new()));
-            st.immutables.push(frozen);
-        }
-    }
+    table.state.write().freeze_active();
     // Start a new WAL file so that this memtable's file can go once flushed.
     if wal.current_size() > 0 {
         let _ = wal.rotate();

@@ -8,6 +8,7 @@
 //! writes is one WAL record, visible all at once. See
 //! `docs/architecture.md`, "The write path".
 
+pub(crate) mod checked;
 pub(crate) mod committer;
 pub(crate) mod condition;
 pub(crate) mod locks;

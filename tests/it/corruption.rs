@@ -226,3 +226,99 @@ async fn damaged_manifests_catalogs_and_wal_files_refuse_to_open_and_are_reporte
         .row;
     assert!(row.is_some());
 }
+
+/// A segment written before segment checksums is not decoded unless asked
+/// (damage in it would reach Parquet's decoders unseen): reads fail naming
+/// it and the way out, `check` lists it without decoding it (`--legacy`
+/// decodes it), and a database opened with `legacy_segments` reads it and
+/// rewrites it with checksums at a compaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_without_checksums_are_decoded_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |k: i64| PrimaryKey::new().with("k", k);
+    {
+        let db = Database::open(dir.path()).await.unwrap();
+        db.create_table(TableSchema::new("t").pk("k", PkType::Integer), TableOptions::default())
+            .await
+            .unwrap();
+        let t = db.table("t").unwrap();
+        let batch = (0..100).map(|k| PutRow::new(key(k)).column("v", k).into()).collect();
+        t.write_batch(batch).await.unwrap();
+        t.flush().await.unwrap();
+        drop(t);
+        db.close().await.unwrap();
+    }
+    // Make the newest manifest version one written before checksums: a
+    // bare body whose segment entries have none.
+    let manifests = dir.path().join("tables/1/manifest");
+    let newest = std::fs::read_dir(&manifests)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .max()
+        .unwrap();
+    let file: serde_json::Value = serde_json::from_slice(&std::fs::read(&newest).unwrap()).unwrap();
+    let mut body = file["body"].clone();
+    let segments = body["segments"].as_array_mut().unwrap();
+    assert_eq!(segments.len(), 1);
+    for s in segments.iter_mut() {
+        assert!(s.as_object_mut().unwrap().remove("checksum").is_some());
+    }
+    std::fs::write(&newest, serde_json::to_vec(&body).unwrap()).unwrap();
+    let seg_path = body["segments"][0]["path"].as_str().unwrap().to_string();
+
+    let get = |t: Table, k: i64| async move { t.get_row(GetRow::new(key(k))).await };
+    let db = Database::open(dir.path()).await.unwrap();
+    let e = get(db.table("t").unwrap(), 5).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corruption);
+    for part in [
+        seg_path.as_str(),
+        "written before segment checksums",
+        "legacy_segments",
+        "--legacy",
+    ] {
+        assert!(e.message().contains(part), "{part}: {e}");
+    }
+    db.close().await.unwrap();
+
+    let state = |report: &CheckReport| {
+        report
+            .files
+            .iter()
+            .find(|f| f.path == seg_path)
+            .map(|f| f.state.clone())
+            .unwrap()
+    };
+    let report = check(dir.path(), None).await.unwrap();
+    assert!(
+        matches!(state(&report), FileState::Note(n) if n.contains("not decoded")),
+        "{report:?}"
+    );
+    let report = check_with(dir.path(), None, CheckOptions { legacy: true })
+        .await
+        .unwrap();
+    assert!(
+        matches!(state(&report), FileState::Note(n) if n.contains("decoded whole")),
+        "{report:?}"
+    );
+    let (code, out, err) = crate::common::run_cli(dir.path(), &["check", "--legacy"], "");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("decoded whole"), "{out}");
+
+    // Asked for: read, then rewritten with checksums by a compaction.
+    let legacy = DbOptions {
+        legacy_segments: true,
+        ..Default::default()
+    };
+    let db = Database::open_with(dir.path(), legacy).await.unwrap();
+    let row = get(db.table("t").unwrap(), 5).await.unwrap().row.unwrap();
+    assert_eq!(row.latest("v"), Some(&Value::Integer(5)));
+    db.table("t").unwrap().compact().await.unwrap();
+    db.close().await.unwrap();
+    let db = Database::open(dir.path()).await.unwrap();
+    let row = get(db.table("t").unwrap(), 99).await.unwrap().row.unwrap();
+    assert_eq!(row.latest("v"), Some(&Value::Integer(99)));
+    db.close().await.unwrap();
+    let report = check(dir.path(), None).await.unwrap();
+    assert!(report.files.iter().all(|f| f.state == FileState::Ok), "{report:?}");
+}

@@ -3,6 +3,7 @@
 mod archive;
 mod auto_increment;
 mod bad_input;
+mod checked_order;
 mod cli;
 mod common;
 mod compaction;
@@ -25,6 +26,7 @@ mod s3_server;
 mod segments;
 mod series;
 mod sql;
+mod stream_diff;
 mod torture;
 mod transactions;
 mod values;

@@ -12,19 +12,19 @@ use rand::{Rng, SeedableRng};
 
 use crate::common::*;
 
-type Key = (i64, String);
-type Cells = Vec<(String, Vec<Cell>)>;
+pub(crate) type Key = (i64, String);
+pub(crate) type Cells = Vec<(String, Vec<Cell>)>;
 
 #[derive(Debug, Clone, Default)]
-struct ModelRow {
+pub(crate) struct ModelRow {
     columns: BTreeMap<String, BTreeMap<i64, Value>>,
     marker: Option<i64>,
 }
 
 #[derive(Default)]
-struct Model {
-    rows: BTreeMap<Key, ModelRow>,
-    opts: TableOptions,
+pub(crate) struct Model {
+    pub(crate) rows: BTreeMap<Key, ModelRow>,
+    pub(crate) opts: TableOptions,
 }
 
 impl Model {
@@ -46,7 +46,7 @@ impl Model {
 
     /// Checks a write's condition, then applies it; returns the error kind
     /// it should fail with, or `None` when it should succeed.
-    fn apply(&mut self, now: i64, key: &Key, w: &RowWrite) -> Option<ErrorKind> {
+    pub(crate) fn apply(&mut self, now: i64, key: &Key, w: &RowWrite) -> Option<ErrorKind> {
         let row = self.rows.get(key);
         let exists = row.and_then(|r| self.visible(now, r)).is_some();
         let cond = w.condition();
@@ -170,7 +170,7 @@ impl Model {
     }
 
     /// What a read with `max_versions` 10 returns for one row.
-    fn visible(&self, now: i64, row: &ModelRow) -> Option<Cells> {
+    pub(crate) fn visible(&self, now: i64, row: &ModelRow) -> Option<Cells> {
         let cutoff = if self.opts.ttl_secs == -1 {
             i64::MIN
         } else {
@@ -198,7 +198,7 @@ impl Model {
     }
 
     /// A full compaction removes what is invisible, for good.
-    fn compact(&mut self, now: i64) {
+    pub(crate) fn compact(&mut self, now: i64) {
         let cutoff = if self.opts.ttl_secs == -1 {
             i64::MIN
         } else {
@@ -245,7 +245,7 @@ fn random_version(rng: &mut StdRng, now: i64) -> Option<i64> {
     }
 }
 
-fn random_write(rng: &mut StdRng, now: i64, key: &Key) -> RowWrite {
+pub(crate) fn random_write(rng: &mut StdRng, now: i64, key: &Key) -> RowWrite {
     let pk = pk(key.0, &key.1);
     match rng.random_range(0..10) {
         0..=3 => {
@@ -345,7 +345,7 @@ fn random_filter(rng: &mut StdRng, depth: u32) -> Filter {
 }
 
 /// Adds a random condition to some writes and an increment to some updates.
-fn with_extras(rng: &mut StdRng, w: RowWrite) -> RowWrite {
+pub(crate) fn with_extras(rng: &mut StdRng, w: RowWrite) -> RowWrite {
     let condition = match rng.random_range(0..10) {
         0..=5 => Condition::ignore(),
         6 => Condition::expect_exist(),
@@ -373,7 +373,7 @@ fn with_extras(rng: &mut StdRng, w: RowWrite) -> RowWrite {
     }
 }
 
-fn key_of(row: &Row) -> Key {
+pub(crate) fn key_of(row: &Row) -> Key {
     match (&row.primary_key.columns[0].1, &row.primary_key.columns[1].1) {
         (PkValue::Integer(c), PkValue::String(o)) => (*c, o.clone()),
         other => panic!("unexpected key {other:?}"),

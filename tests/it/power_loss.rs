@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::torture::{
-    ModelTable, TABLES, WriterRun, apply, create_tables, run_writer, stored, unit, unit_ops, visible,
+    ModelTable, TABLES, WriterRun, apply, create_tables, run_writer, stored, unit, unit_ops, visible, writer_now,
 };
 
 /// The sync log: per file the length known durable and when it first
@@ -160,13 +160,13 @@ fn find_prefix(
 ) -> Option<u64> {
     let mv = TABLES[table].1;
     for i in start..lower {
-        apply(model, unit_ops(&unit(seed, table, i, base)));
+        apply(model, unit_ops(&unit(seed, table, i, base)), writer_now(base));
     }
     for p in lower..=upper {
         if visible(model, mv) == *got {
             return Some(p);
         }
-        apply(model, unit_ops(&unit(seed, table, p, base)));
+        apply(model, unit_ops(&unit(seed, table, p, base)), writer_now(base));
     }
     None
 }

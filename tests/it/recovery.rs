@@ -203,3 +203,53 @@ async fn reopen_right_after_close_finds_the_directory_free() {
         db.close().await.unwrap();
     }
 }
+
+/// Dropping every handle without `close()` (an early return on an error
+/// path, say) and opening the directory again in the same process
+/// succeeds, also while the dropped database's background flushes and
+/// compactions are still running: the open waits for their release of the
+/// directory. Every acknowledged write is there. A directory still open in
+/// this process is refused at once, with a message that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopen_right_after_drop_waits_for_the_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || DbOptions {
+        compaction_trigger_runs: 2,
+        ..DbOptions::default().memtable_bytes(4 << 10)
+    };
+    for round in 0..100i64 {
+        let db = Database::open_with(dir.path(), opts())
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        if round == 0 {
+            db.create_table(TableSchema::new("t").pk("k", PkType::Integer), TableOptions::default())
+                .await
+                .unwrap();
+        }
+        let t = db.table("t").unwrap();
+        if round > 0 {
+            let row = t
+                .get_row(GetRow::new(PrimaryKey::new().with("k", 199)))
+                .await
+                .unwrap()
+                .row;
+            assert_eq!(
+                row.unwrap().latest("r"),
+                Some(&Value::Integer(round - 1)),
+                "round {round}"
+            );
+        }
+        if round == 1 {
+            let e = Database::open_with(dir.path(), opts()).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::DatabaseLocked);
+            assert!(e.message().contains("already open in this process"), "{e}");
+        }
+        let batch: Vec<RowWrite> = (0..200)
+            .map(|i| PutRow::new(PrimaryKey::new().with("k", i)).column("r", round).into())
+            .collect();
+        for r in t.write_batch(batch).await.unwrap() {
+            r.unwrap();
+        }
+        drop((t, db));
+    }
+}

@@ -6,9 +6,13 @@
 //! `torture::torture_writer_process`) writes three tables at once from a
 //! deterministic stream of units (one unit = one atomic write: a PutRow,
 //! UpdateRow or DeleteRow with explicit versions, a `write_batch`, a
-//! BatchWriteRow, or an SQL INSERT / UPDATE / DELETE), with memtables and
+//! BatchWriteRow, or an SQL INSERT / UPDATE / DELETE; row writes include
+//! conditional ones and increments), with memtables and
 //! WAL files small enough that flushes, compactions and WAL switches run
-//! all the time. It prints `ACK table unit` once a unit is durable. The
+//! all the time. It prints `ACK table unit time outcomes` once a unit is
+//! durable, `outcomes` saying which of its row writes passed their check
+//! (`1`) and which failed it (`0`); each must be what the model's serial
+//! replay gives. The
 //! parent kills it with SIGKILL at a random moment, or lets it abort at a
 //! crash point (a flush or compaction commit, a manifest write, a WAL
 //! switch: `CELLAR_CRASH_POINT`), then opens the database and compares a
@@ -24,6 +28,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cellar::*;
@@ -94,6 +99,35 @@ pub(crate) enum Op {
     /// SQL UPDATE: only a row that exists is changed.
     UpdateIfExists(i64, Vec<Action>),
     Delete(i64),
+    /// A write with a condition or an increment: it may fail its check.
+    Checked(i64, Check),
+}
+
+/// The checked writes of the stream.
+#[derive(Clone, Debug)]
+pub(crate) enum Check {
+    /// PutRow expecting the row not to exist.
+    PutIfAbsent(Vec<(String, i64, Val)>),
+    /// UpdateRow expecting the row to exist.
+    UpdateIfPresent(Vec<Action>),
+    /// DeleteRow expecting the row to exist.
+    DeleteIfPresent,
+    /// UpdateRow adding to the counter column `n` (a missing one counts
+    /// as 0; never fails, since only increments write `n`).
+    Increment(i64),
+    /// PutRow if the row's counter `n` is above the bound.
+    PutIfCounterAbove(i64, Vec<(String, i64, Val)>),
+}
+
+/// The counter column of the checked writes.
+const COUNTER: &str = "n";
+
+/// The writer's clock: fixed, so that an increment's version (the write
+/// time, or the counter's newest version when that is later) is the
+/// model's too. Explicit versions lie around `base`, well inside the
+/// version window around it.
+pub(crate) fn writer_now(base: i64) -> i64 {
+    base + 12 * 3600 * 1000
 }
 
 /// One atomic unit of the writer's stream.
@@ -153,8 +187,25 @@ pub(crate) fn unit(seed: u64, table: usize, i: u64, base: i64) -> Unit {
         cols.truncate(n);
         cols
     };
+    let cells = |rng: &mut StdRng| {
+        let n = rng.random_range(1..5);
+        columns(rng, n)
+            .into_iter()
+            .map(|c| (c, version(rng), value(rng)))
+            .collect::<Vec<_>>()
+    };
     let op = |rng: &mut StdRng| {
         let k = rng.random_range(0..KEYS);
+        if rng.random_range(0..4) == 0 {
+            let check = match rng.random_range(0..10) {
+                0..2 => Check::PutIfAbsent(cells(rng)),
+                2..4 => Check::UpdateIfPresent(vec![Action::Put("a".into(), version(rng), value(rng))]),
+                4 => Check::DeleteIfPresent,
+                5..9 => Check::Increment(rng.random_range(-100..=100)),
+                _ => Check::PutIfCounterAbove(rng.random_range(-50..50), cells(rng)),
+            };
+            return Op::Checked(k, check);
+        }
         match rng.random_range(0..10) {
             0..5 => {
                 let n = rng.random_range(1..5);
@@ -229,7 +280,10 @@ pub(crate) fn unit(seed: u64, table: usize, i: u64, base: i64) -> Unit {
     }
 }
 
-pub(crate) fn apply(model: &mut ModelTable, ops: &[Op]) {
+/// Applies a unit's writes in order (`now`: the writer's clock, see
+/// [`writer_now`]); returns whether each passed its check.
+pub(crate) fn apply(model: &mut ModelTable, ops: &[Op], now: i64) -> Vec<bool> {
+    let mut passed = Vec::with_capacity(ops.len());
     let act = |row: &mut ModelRow, actions: &[Action]| {
         for a in actions {
             match a {
@@ -242,15 +296,17 @@ pub(crate) fn apply(model: &mut ModelTable, ops: &[Op]) {
             }
         }
     };
+    let put = |model: &mut ModelTable, k: i64, cells: &[(String, i64, Val)]| {
+        let mut row = ModelRow::new();
+        for (c, v, x) in cells {
+            row.entry(c.clone()).or_default().insert(*v, x.clone());
+        }
+        model.insert(k, row);
+    };
     for op in ops {
+        let mut ok = true;
         match op {
-            Op::Put(k, cells) => {
-                let mut row = ModelRow::new();
-                for (c, v, x) in cells {
-                    row.entry(c.clone()).or_default().insert(*v, x.clone());
-                }
-                model.insert(*k, row);
-            }
+            Op::Put(k, cells) => put(model, *k, cells),
             Op::Update(k, actions) => act(model.entry(*k).or_default(), actions),
             Op::UpdateIfExists(k, actions) => {
                 if let Some(row) = model.get_mut(k) {
@@ -260,13 +316,60 @@ pub(crate) fn apply(model: &mut ModelTable, ops: &[Op]) {
             Op::Delete(k) => {
                 model.remove(k);
             }
+            Op::Checked(k, check) => {
+                // Rows never hold an empty column map (see below).
+                let exists = model.contains_key(k);
+                let counter = model
+                    .get(k)
+                    .and_then(|r| r.get(COUNTER))
+                    .and_then(|vs| vs.last_key_value())
+                    .map(|(v, x)| match x {
+                        Val::I(i) => (*v, *i),
+                        other => panic!("the counter holds {other:?}"),
+                    });
+                match check {
+                    Check::PutIfAbsent(cells) => {
+                        ok = !exists;
+                        if ok {
+                            put(model, *k, cells);
+                        }
+                    }
+                    Check::UpdateIfPresent(actions) => {
+                        ok = exists;
+                        if ok {
+                            act(model.entry(*k).or_default(), actions);
+                        }
+                    }
+                    Check::DeleteIfPresent => {
+                        ok = exists;
+                        model.remove(k);
+                    }
+                    Check::Increment(delta) => {
+                        let (version, sum) = counter.map_or((now, *delta), |(v, i)| (v.max(now), i + delta));
+                        model
+                            .entry(*k)
+                            .or_default()
+                            .entry(COUNTER.into())
+                            .or_default()
+                            .insert(version, Val::I(sum));
+                    }
+                    Check::PutIfCounterAbove(bound, cells) => {
+                        ok = counter.is_some_and(|(_, i)| i > *bound);
+                        if ok {
+                            put(model, *k, cells);
+                        }
+                    }
+                }
+            }
         }
-        if let Op::Put(k, _) | Op::Update(k, _) | Op::UpdateIfExists(k, _) = op
+        if let Op::Put(k, _) | Op::Update(k, _) | Op::UpdateIfExists(k, _) | Op::Checked(k, _) = op
             && model.get(k).is_some_and(|r| r.is_empty())
         {
             model.remove(k);
         }
+        passed.push(ok);
     }
+    passed
 }
 
 pub(crate) fn unit_ops(u: &Unit) -> &[Op] {
@@ -335,6 +438,34 @@ pub(crate) fn row_write(table: usize, op: &Op) -> RowWrite {
         Op::Update(k, a) => RowWrite::Update(actions(UpdateRow::new(pk(table, *k)), a)),
         Op::Delete(k) => RowWrite::Delete(DeleteRow::new(pk(table, *k))),
         Op::UpdateIfExists(..) => unreachable!("SQL only"),
+        Op::Checked(k, check) => {
+            let pk = pk(table, *k);
+            let put = |cells: &[(String, i64, Val)]| {
+                let mut p = PutRow::new(pk.clone());
+                for (c, v, x) in cells {
+                    p = p.column_at(c.as_str(), x.value(), *v);
+                }
+                p
+            };
+            match check {
+                Check::PutIfAbsent(cells) => put(cells).condition(Condition::expect_not_exist()).into(),
+                Check::UpdateIfPresent(a) => actions(UpdateRow::new(pk.clone()), a)
+                    .condition(Condition::expect_exist())
+                    .into(),
+                Check::DeleteIfPresent => DeleteRow::new(pk).condition(Condition::expect_exist()).into(),
+                Check::Increment(delta) => UpdateRow::new(pk).increment(COUNTER, *delta).into(),
+                Check::PutIfCounterAbove(bound, cells) => {
+                    let above = Filter::Column(ColumnCondition {
+                        column: COUNTER.into(),
+                        op: CompareOp::Gt,
+                        value: Value::Integer(*bound),
+                        pass_if_missing: false,
+                        latest_version_only: true,
+                    });
+                    put(cells).condition(Condition::ignore().with_column(above)).into()
+                }
+            }
+        }
     }
 }
 
@@ -365,13 +496,16 @@ pub(crate) async fn stored(db: &Database, table: usize) -> ModelTable {
     out
 }
 
-pub(crate) fn writer_options() -> DbOptions {
+pub(crate) fn writer_options(base: i64) -> DbOptions {
     let durability = match std::env::var("CELLAR_TORTURE_DURABILITY").as_deref() {
         Ok("none") => Durability::None,
         Ok(s) if s.starts_with("interval:") => Durability::IntervalMs(s[9..].parse().unwrap()),
         _ => Durability::Sync,
     };
-    let mut o = DbOptions::default().memtable_bytes(128 << 10).durability(durability);
+    let mut o = DbOptions::default()
+        .memtable_bytes(128 << 10)
+        .durability(durability)
+        .clock(Arc::new(ManualClock::new(writer_now(base))));
     o.wal_file_bytes = 64 << 10;
     o.compaction_trigger_runs = 2;
     o.background_overlays = None;
@@ -393,7 +527,7 @@ async fn torture_writer_process() {
         .split(',')
         .map(|s| s.parse().unwrap())
         .collect();
-    let db = Database::open_with(&dir, writer_options()).await.unwrap();
+    let db = Database::open_with(&dir, writer_options(base)).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut tasks = Vec::new();
     for (table, &start) in starts.iter().enumerate() {
@@ -403,30 +537,27 @@ async fn torture_writer_process() {
             let t = db.table(TABLES[table].0).unwrap();
             let mut i = start;
             while Instant::now() < deadline {
-                match unit(seed, table, i, base) {
+                let outcomes = match unit(seed, table, i, base) {
                     Unit::Table(ops) => {
-                        for r in t
+                        let results = t
                             .write_batch(ops.iter().map(|o| row_write(table, o)).collect())
                             .await
-                            .unwrap()
-                        {
-                            r.unwrap();
-                        }
+                            .unwrap();
+                        outcomes(&results)
                     }
                     Unit::BatchWriteRow(ops) => {
                         let writes = ops
                             .iter()
                             .map(|o| (TABLES[table].0.to_string(), row_write(table, o)))
                             .collect();
-                        for r in db.batch_write(writes).await.unwrap() {
-                            r.unwrap();
-                        }
+                        outcomes(&db.batch_write(writes).await.unwrap())
                     }
                     Unit::Sql(stmt, _) => {
                         sql.query(&stmt).await.unwrap();
+                        "-".to_string()
                     }
-                }
-                println!("ACK {table} {i} {}", unix_nanos());
+                };
+                println!("ACK {table} {i} {} {outcomes}", unix_nanos());
                 i += 1;
             }
         }));
@@ -434,6 +565,25 @@ async fn torture_writer_process() {
     for t in tasks {
         t.await.unwrap();
     }
+}
+
+/// `1` per write that passed its check, `0` per one that failed it; any
+/// other error stops the writer.
+fn outcomes(results: &[Result<WriteResult>]) -> String {
+    results
+        .iter()
+        .map(|r| match r {
+            Ok(_) => '1',
+            Err(e) if e.kind() == ErrorKind::ConditionCheckFail => '0',
+            Err(e) => panic!("a write failed: {e}"),
+        })
+        .collect()
+}
+
+/// The outcomes a row-write unit's acknowledgement reports, as [`apply`]
+/// gives them (an SQL unit reports `-`).
+pub(crate) fn outcome_bits(passed: &[bool]) -> String {
+    passed.iter().map(|p| if *p { '1' } else { '0' }).collect()
 }
 
 pub(crate) fn unix_nanos() -> u128 {
@@ -449,6 +599,8 @@ pub(crate) struct WriterRun {
     pub acked: Vec<u64>,
     /// Per table, when each acknowledged unit was acknowledged (unix ns).
     pub ack_times: Vec<Vec<(u64, u128)>>,
+    /// Per table, each acknowledged unit's outcomes (see [`outcome_bits`]).
+    pub outcomes: Vec<BTreeMap<u64, String>>,
     /// How it was killed.
     pub how: String,
     /// Whether it died at its crash point.
@@ -498,14 +650,22 @@ pub(crate) fn run_writer(
     let n = starts.len();
     let reader = std::thread::spawn(move || {
         let mut acked: Vec<Vec<(u64, u128)>> = vec![Vec::new(); n];
+        let mut outcomes: Vec<BTreeMap<u64, String>> = vec![BTreeMap::new(); n];
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if let Some(rest) = line.strip_prefix("ACK ") {
+            // The first may follow the test harness's own words on its line.
+            if let Some(rest) = line.find("ACK ").map(|at| &line[at + 4..]) {
                 let f: Vec<&str> = rest.split(' ').collect();
-                acked[f[0].parse::<usize>().unwrap()].push((f[1].parse().unwrap(), f[2].parse().unwrap()));
+                // A line cut short by the kill is no acknowledgement.
+                if f.len() != 4 {
+                    continue;
+                }
+                let (table, unit) = (f[0].parse::<usize>().unwrap(), f[1].parse().unwrap());
+                acked[table].push((unit, f[2].parse().unwrap()));
+                outcomes[table].insert(unit, f[3].to_string());
             }
         }
-        acked
+        (acked, outcomes)
     });
     let err_reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -521,7 +681,7 @@ pub(crate) fn run_writer(
     }
     let _ = child.kill(); // SIGKILL
     let status = child.wait().unwrap();
-    let acked = reader.join().unwrap();
+    let (acked, outcomes) = reader.join().unwrap();
     let stderr = err_reader.join().unwrap();
     // A writer that panicked (a write refused) is a failure of its own.
     assert!(
@@ -537,6 +697,7 @@ pub(crate) fn run_writer(
             .map(|(a, s)| a.last().map_or(*s, |(i, _)| i + 1))
             .collect(),
         ack_times: acked,
+        outcomes,
         how: how.0,
         aborted: status.signal() == Some(6),
     }
@@ -576,11 +737,15 @@ async fn crash_torture() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut models = vec![ModelTable::new(); TABLES.len()];
     let mut starts = vec![0u64; TABLES.len()];
-    let (mut acked_total, mut in_flight_applied) = (0u64, 0u64);
+    let (mut acked_total, mut in_flight_applied, mut checked_total) = (0u64, 0u64, 0u64);
     let mut crash_points: BTreeMap<String, u32> = BTreeMap::new();
     for cycle in 0..cycles {
         let WriterRun {
-            acked, how, aborted, ..
+            acked,
+            outcomes,
+            how,
+            aborted,
+            ..
         } = tokio::task::block_in_place(|| run_writer(dir.path(), seed, base, &starts, &mut rng, &[]));
         if aborted {
             *crash_points
@@ -595,7 +760,20 @@ async fn crash_torture() {
             let mv = TABLES[table].1;
             let model = &mut models[table];
             for i in starts[table]..acked[table] {
-                apply(model, unit_ops(&unit(seed, table, i, base)));
+                let u = unit(seed, table, i, base);
+                let passed = apply(model, unit_ops(&u), writer_now(base));
+                // Each acknowledged check went as the serial order says.
+                assert_eq!(
+                    outcomes[table].get(&i).map(String::as_str),
+                    Some(match u {
+                        Unit::Sql(..) => "-".to_string(),
+                        _ => outcome_bits(&passed),
+                    })
+                    .as_deref(),
+                    "cycle {cycle} ({how}), table {} unit {i}: checked writes (CELLAR_TORTURE_SEED={seed})",
+                    TABLES[table].0
+                );
+                checked_total += unit_ops(&u).iter().filter(|o| matches!(o, Op::Checked(..))).count() as u64;
             }
             acked_total += acked[table] - starts[table];
             if visible(model, mv) == got {
@@ -604,7 +782,11 @@ async fn crash_torture() {
             }
             // The unit in flight at the kill may be there, whole.
             let mut next = model.clone();
-            apply(&mut next, unit_ops(&unit(seed, table, acked[table], base)));
+            apply(
+                &mut next,
+                unit_ops(&unit(seed, table, acked[table], base)),
+                writer_now(base),
+            );
             if visible(&next, mv) == got {
                 *model = next;
                 starts[table] = acked[table] + 1;
@@ -648,7 +830,8 @@ async fn crash_torture() {
         "{flushes} flushes, {compactions} compactions"
     );
     eprintln!(
-        "crash_torture: {cycles} cycles survived, {acked_total} acknowledged units checked, \
+        "crash_torture: {cycles} cycles survived, {acked_total} acknowledged units ({checked_total} checked writes \
+         among them, each outcome as the serial order gives it) checked, \
          {in_flight_applied} in-flight units found applied whole, {flushes} flushes, {compactions} compactions, \
          {} aborts at crash points: {crash_points:?}",
         crash_points.values().sum::<u32>()

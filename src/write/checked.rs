@@ -1,0 +1,183 @@
+//! Checked writes (a condition or an increment) decided at their place in
+//! the order.
+//!
+//! A writer checks its condition and computes its increments on a snapshot
+//! (`db/inner.rs`), so that most checked writes cost the committer
+//! nothing. When the row has had writes since that snapshot (earlier in
+//! the same group, or committed after it), the committer decides the write
+//! again here, on the row as it is at the write's place in the sequence:
+//! the snapshot's state with every later write of the key applied in
+//! order, taken from the memtables the write's [`MemChain`] link reaches
+//! and from the group's earlier writes. Nothing is sent back to the writer
+//! to check again, so a checked write keeps its place: it sees exactly the
+//! writes sequenced before it, and every write submitted after it comes
+//! after it.
+//!
+//! Invariant: a write leaves [`decide`] committed with the mutation the
+//! sequential order gives it, or uncommitted with the error it gives.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::committer::PendingWrite;
+use super::{condition, validate};
+use crate::error::{Error, Result};
+use crate::model::api::{ReturnType, RowWrite};
+use crate::model::row::RowState;
+use crate::model::schema::TableOptions;
+use crate::model::types::Cell;
+use crate::state::MemChain;
+
+/// What the committer needs to decide a checked write again.
+pub(crate) struct CheckedWrite {
+    /// The sequence of the snapshot the row was read at.
+    pub at: u64,
+    /// The row as of `at` (`None`: no source had it).
+    pub state: Option<RowState>,
+    /// The link of the memtable that was active at `at`: every write of
+    /// the row after `at` is in its memtable or a later one.
+    pub chain: Arc<MemChain>,
+    /// The write as it was given.
+    pub write: RowWrite,
+    /// The clock and the table options the write was checked with.
+    pub now_ms: i64,
+    pub options: TableOptions,
+    /// The check failed on the snapshot: the pending write's mutation is a
+    /// placeholder, and the failure stands unless the row changed since.
+    pub failed: bool,
+}
+
+/// A checked write the committer decided again, and committed.
+#[derive(Debug, Clone)]
+pub(crate) struct Decided {
+    /// Row data the write carries (capacity units).
+    pub data_bytes: usize,
+    /// The cells it wrote, when it returns them (`ReturnType::AfterModify`).
+    pub written: Option<Vec<(String, Vec<Cell>)>>,
+}
+
+/// The outcome of [`decide`] for a group.
+#[derive(Default)]
+pub(crate) struct Decisions {
+    /// Checked writes that are not committed (their check fails at their
+    /// place), ascending.
+    pub failed: Vec<usize>,
+    /// Checked writes decided again (the row changed since their
+    /// snapshot): their result, ascending by index.
+    pub decided: Vec<(usize, Result<Decided>)>,
+}
+
+/// Decides every checked write of `group` at its place in the group: a
+/// write whose row is unchanged since its snapshot keeps its snapshot's
+/// outcome; any other is checked (and its increments computed) again on
+/// the row as the earlier writes leave it. `refused[i]` says write `i` is
+/// not committed for another reason. `next_seq` is the sequence the group
+/// starts at.
+pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], next_seq: u64) -> Decisions {
+    let mut out = Decisions::default();
+    if group.iter().all(|w| w.check.is_none()) {
+        return out;
+    }
+    let prev = earlier_writes(group);
+    let is_refused = |i: usize| refused.binary_search_by_key(&i, |(c, _)| *c).is_ok();
+    let mut committed: Vec<bool> = (0..group.len()).map(|i| !is_refused(i)).collect();
+    for i in 0..group.len() {
+        if !committed[i] {
+            continue;
+        }
+        let Some(check) = group[i].check.take() else {
+            continue;
+        };
+        // The group's earlier committed writes of the key, oldest first.
+        let mut earlier = Vec::new();
+        let mut j = prev[i];
+        while j != NONE {
+            if committed[j] {
+                earlier.push(j);
+            }
+            j = prev[j];
+        }
+        earlier.reverse();
+        let key = &group[i].key;
+        let moved_on = check
+            .chain
+            .iter()
+            .any(|m| m.max_seq() > check.at && m.newest_seq(key) > check.at);
+        if earlier.is_empty() && !moved_on {
+            if check.failed {
+                committed[i] = false;
+                out.failed.push(i);
+            }
+            continue;
+        }
+        let CheckedWrite {
+            at,
+            state,
+            chain,
+            write,
+            now_ms,
+            options,
+            ..
+        } = *check;
+        // The row at the write's place: the snapshot's state, then every
+        // later write of the key in sequence order.
+        let mut found = state.is_some();
+        let mut st = state.unwrap_or_default();
+        for m in chain.iter() {
+            found |= m.apply_after(key, at, &mut st);
+        }
+        for &j in &earlier {
+            st.apply(next_seq + j as u64, &group[j].mutation);
+            found = true;
+        }
+        let state = found.then_some(st);
+        let table = &group[i].table;
+        let return_type = write.return_type();
+        let outcome = condition::check(&table.schema, &options, now_ms, &write, state.as_ref())
+            .and_then(|()| validate::to_mutation(&table.schema, &options, now_ms, write, state.as_ref()));
+        match outcome {
+            Ok(v) => {
+                let written = (return_type == ReturnType::AfterModify).then(|| v.mutation.written_cells());
+                group[i].mutation = v.mutation;
+                out.decided.push((
+                    i,
+                    Ok(Decided {
+                        data_bytes: v.data_bytes,
+                        written,
+                    }),
+                ));
+            }
+            Err(e) => {
+                committed[i] = false;
+                out.failed.push(i);
+                out.decided.push((i, Err(e)));
+            }
+        }
+    }
+    out
+}
+
+const NONE: usize = usize::MAX;
+
+/// For each write of the group, the index of the group's previous write of
+/// the same row (`NONE`: none), for the rows a checked write has.
+fn earlier_writes(group: &[PendingWrite]) -> Vec<usize> {
+    let checked: HashSet<(u64, &[u8])> = group
+        .iter()
+        .filter(|w| w.check.is_some())
+        .map(|w| (w.table.id, &w.key[..]))
+        .collect();
+    let mut last: HashMap<(u64, &[u8]), usize> = HashMap::new();
+    group
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            // An auto-increment key is new (its placeholder is not its key).
+            let id = (w.table.id, &w.key[..]);
+            if w.auto_increment.is_some() || !checked.contains(&id) {
+                return NONE;
+            }
+            last.insert(id, i).unwrap_or(NONE)
+        })
+        .collect()
+}
