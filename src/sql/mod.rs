@@ -190,8 +190,7 @@ impl SqlSession {
     /// UPDATE, DELETE, COPY) and DDL have taken effect when this returns;
     /// a query's rows stream as the returned stream is read.
     pub async fn execute(&self, sql: &str) -> DfResult<StatementOutput> {
-        check_name_chains(sql)?;
-        let mut stmts = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?;
+        let mut stmts = parse_bounded(sql).await?;
         if stmts.len() != 1 {
             return Err(DataFusionError::Plan(format!(
                 "expected one SQL statement, found {}; split the text with split_statements",
@@ -299,6 +298,43 @@ fn check_name_chains(sql: &str) -> DfResult<()> {
         }
     }
     Ok(())
+}
+
+/// How long a statement of up to 1 MiB may take to parse; a longer one
+/// gets as much again per MiB.
+pub const PARSE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Parses one statement's text on a thread of its own and gives up on it
+/// after [`PARSE_DEADLINE`]: sqlparser 0.62 (the version DataFusion 55
+/// pins) backtracks exponentially on some malformed statements of a few
+/// hundred bytes (fuzzing found chains of dotted names with brackets and
+/// operators that run for hours; sqlparser 0.63 fixes several such
+/// shapes), and a caller, a server above all, must get an error instead of
+/// waiting for ever. An abandoned parse keeps its thread busy until the
+/// parser gives up on its own. Shapes known to backtrack are refused
+/// before parsing ([`check_name_chains`]).
+async fn parse_bounded(sql: &str) -> DfResult<std::collections::VecDeque<DfStatement>> {
+    check_name_chains(sql)?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let text = sql.to_string();
+    std::thread::Builder::new()
+        .name("cellar-sql-parse".into())
+        .spawn(move || {
+            let _ = tx.send(DFParser::parse_sql_with_dialect(&text, &GenericDialect {}));
+        })
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let deadline = PARSE_DEADLINE * (1 + (sql.len() >> 20) as u32);
+    match tokio::time::timeout(deadline, rx).await {
+        Ok(Ok(parsed)) => Ok(parsed?),
+        Ok(Err(_)) => Err(DataFusionError::Plan(
+            "the SQL parser failed on this statement (it stopped without an answer)".into(),
+        )),
+        Err(_) => Err(DataFusionError::Plan(format!(
+            "the statement was still being parsed after {} s and was given up: its shape (long chains of dotted \
+             names, brackets and operators) makes the SQL parser backtrack exponentially; simplify or split it",
+            deadline.as_secs()
+        ))),
+    }
 }
 
 /// Wraps collected batches as a stream.

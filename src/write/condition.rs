@@ -1,9 +1,9 @@
 //! Write conditions: row existence and a column condition, checked against
 //! the row's current visible state.
 //!
-//! Invariant: the state given is the row as of the snapshot the write is
-//! checked against; the committer refuses the write if the row changed
-//! after that snapshot (see `committer`), so a condition that passes here
+//! Invariant: the state given is the row as every write sequenced before
+//! the checked one leaves it, or as of a snapshot the committer then
+//! confirms unchanged (see `checked`), so a condition that passes here
 //! holds at the moment the write commits.
 
 use crate::error::{Error, ErrorKind, Result};

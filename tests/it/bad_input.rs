@@ -237,3 +237,23 @@ fn malformed_cli_invocations_get_clear_errors() {
     }
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
 }
+
+/// A statement that makes the SQL parser backtrack for hours (found by
+/// fuzzing: dotted chains with unclosed brackets and operators) gets an
+/// error after the parse deadline instead of hanging the caller. It runs
+/// in a `cellar sql` process, whose exit ends the abandoned parse.
+#[test]
+fn a_statement_the_parser_would_chew_on_for_hours_is_given_up() {
+    let stmt = include_str!("../../fuzz/known-failures/sql-hang-sqlparser-chain-with-operators");
+    let dir = tempfile::tempdir().unwrap();
+    let start = std::time::Instant::now();
+    let (code, _, err) = crate::common::run_cli(dir.path(), &["sql", "-c", stmt], "");
+    let took = start.elapsed();
+    assert_ne!(code, 0);
+    assert!(err.contains("still being parsed after 3 s"), "{err}");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    // Ordinary statements are not held up.
+    let (code, out, err) = crate::common::run_cli(dir.path(), &["sql", "-c", "SELECT 1 + 2 AS x"], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains('3'), "{out}");
+}
