@@ -358,3 +358,55 @@ pub(crate) fn runs(segs: &[Arc<Segment>]) -> Vec<Range<usize>> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::row::{Mutation, RowState};
+
+    fn put(n: i64) -> Mutation {
+        Mutation::Put {
+            row_ts: None,
+            cells: vec![("n".into(), 1, crate::model::types::Value::Integer(n))],
+        }
+    }
+
+    /// A link taken before freezes reaches every later memtable, also once
+    /// the state has let go of them (flushed); a long chain drops without
+    /// deep recursion.
+    #[test]
+    fn a_chain_link_reaches_every_later_memtable() {
+        let mut st = TableState::new(Vec::new());
+        st.active.insert(b"k".to_vec(), 1, put(1));
+        let link = st.chain.clone();
+        for seq in 2..5u64 {
+            st.freeze_active();
+            st.active.insert(b"k".to_vec(), seq, put(seq as i64));
+        }
+        st.freeze_active();
+        // An empty active memtable is not frozen.
+        let before = Arc::as_ptr(&st.chain);
+        st.freeze_active();
+        assert_eq!(before, Arc::as_ptr(&st.chain));
+        assert_eq!(st.immutables.len(), 4);
+        st.active.insert(b"k".to_vec(), 5, put(5));
+        assert_eq!(link.iter().count(), 5);
+        // The flushes of every frozen memtable.
+        st.immutables.clear();
+        let mut row = RowState::default();
+        for m in link.iter() {
+            m.apply_after(b"k", 2, &mut row);
+        }
+        assert_eq!(row.seq, 5);
+        assert_eq!(row.columns["n"].versions[0].1, crate::model::types::Value::Integer(5));
+        drop(link);
+        let first = st.chain.clone();
+        for seq in 6..200_006u64 {
+            st.active.insert(b"k".to_vec(), seq, put(0));
+            st.freeze_active();
+            st.immutables.clear();
+        }
+        assert_eq!(first.iter().count(), 200_001);
+        drop(first);
+    }
+}

@@ -49,6 +49,13 @@ fn ok(write: impl Into<RowWrite>, json: &str) -> Line {
     }
 }
 
+fn check_fails(write: impl Into<RowWrite>, json: &str) -> Line {
+    Line {
+        fails: Some(ErrorKind::ConditionCheckFail),
+        ..ok(write, json)
+    }
+}
+
 fn streams() -> Vec<Stream> {
     let incr = |n: i64| Line {
         write: UpdateRow::new(k9())
@@ -59,20 +66,21 @@ fn streams() -> Vec<Stream> {
         fails: None,
         returns_n: Some(n),
     };
+    let put_n = |n: i64| {
+        ok(
+            PutRow::new(k9()).column("n", n),
+            &format!(r#"{{"op":"put","pk":{{"k":9}},"columns":{{"n":{n}}}}}"#),
+        )
+    };
     vec![
         Stream {
             name: "update expect_exist after a delete",
             lines: vec![
                 ok(DeleteRow::new(k9()), r#"{"op":"delete","pk":{"k":9}}"#),
-                Line {
-                    write: UpdateRow::new(k9())
-                        .put("x", "x")
-                        .condition(Condition::expect_exist())
-                        .into(),
-                    json: r#"{"op":"update","pk":{"k":9},"put":{"x":"x"},"condition":"expect_exist"}"#.into(),
-                    fails: Some(ErrorKind::ConditionCheckFail),
-                    returns_n: None,
-                },
+                check_fails(
+                    UpdateRow::new(k9()).put("x", "x").condition(Condition::expect_exist()),
+                    r#"{"op":"update","pk":{"k":9},"put":{"x":"x"},"condition":"expect_exist"}"#,
+                ),
                 ok(
                     PutRow::new(k9()).column("y", "y"),
                     r#"{"op":"put","pk":{"k":9},"columns":{"y":"y"}}"#,
@@ -89,41 +97,25 @@ fn streams() -> Vec<Stream> {
                         .condition(Condition::expect_not_exist()),
                     r#"{"op":"put","pk":{"k":9},"columns":{"y":"first"},"condition":"expect_not_exist"}"#,
                 ),
-                Line {
-                    write: PutRow::new(k9())
+                check_fails(
+                    PutRow::new(k9())
                         .column("y", "second")
-                        .condition(Condition::expect_not_exist())
-                        .into(),
-                    json: r#"{"op":"put","pk":{"k":9},"columns":{"y":"second"},"condition":"expect_not_exist"}"#.into(),
-                    fails: Some(ErrorKind::ConditionCheckFail),
-                    returns_n: None,
-                },
+                        .condition(Condition::expect_not_exist()),
+                    r#"{"op":"put","pk":{"k":9},"columns":{"y":"second"},"condition":"expect_not_exist"}"#,
+                ),
                 ok(DeleteRow::new(k9()), r#"{"op":"delete","pk":{"k":9}}"#),
             ],
             row: None,
         },
         Stream {
             name: "an increment before a put",
-            lines: vec![
-                ok(
-                    PutRow::new(k9()).column("n", 0),
-                    r#"{"op":"put","pk":{"k":9},"columns":{"n":0}}"#,
-                ),
-                incr(1),
-                ok(
-                    PutRow::new(k9()).column("n", 100),
-                    r#"{"op":"put","pk":{"k":9},"columns":{"n":100}}"#,
-                ),
-            ],
+            lines: vec![put_n(0), incr(1), put_n(100)],
             row: Some(vec![("n", Value::Integer(100))]),
         },
         Stream {
             name: "increments before a delete",
             lines: vec![
-                ok(
-                    PutRow::new(k9()).column("n", 0),
-                    r#"{"op":"put","pk":{"k":9},"columns":{"n":0}}"#,
-                ),
+                put_n(0),
                 incr(1),
                 incr(2),
                 ok(DeleteRow::new(k9()), r#"{"op":"delete","pk":{"k":9}}"#),

@@ -179,28 +179,43 @@ async fn unreferenced_files_are_deleted_at_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reopen_right_after_close_finds_the_directory_free() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = || DbOptions {
-        compaction_trigger_runs: 2,
-        ..DbOptions::default().memtable_bytes(4 << 10)
-    };
     for round in 0..150i64 {
-        let db = Database::open_with(dir.path(), opts())
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        if round == 0 {
-            db.create_table(TableSchema::new("t").pk("k", PkType::Integer), TableOptions::default())
-                .await
-                .unwrap();
-        }
-        let t = db.table("t").unwrap();
-        let batch: Vec<RowWrite> = (0..200)
-            .map(|i| PutRow::new(PrimaryKey::new().with("k", i)).column("r", round).into())
-            .collect();
-        for r in t.write_batch(batch).await.unwrap() {
-            r.unwrap();
-        }
+        let (db, t) = open_round(dir.path(), round).await;
+        write_round(&t, round).await;
         drop(t);
         db.close().await.unwrap();
+    }
+}
+
+/// Tiny memtables and an eager compaction trigger: background work runs
+/// up to the moment a round ends.
+fn busy_options() -> DbOptions {
+    DbOptions {
+        compaction_trigger_runs: 2,
+        ..DbOptions::default().memtable_bytes(4 << 10)
+    }
+}
+
+async fn open_round(dir: &std::path::Path, round: i64) -> (Database, Table) {
+    let db = Database::open_with(dir, busy_options())
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+    if round == 0 {
+        db.create_table(TableSchema::new("t").pk("k", PkType::Integer), TableOptions::default())
+            .await
+            .unwrap();
+    }
+    let t = db.table("t").unwrap();
+    (db, t)
+}
+
+/// 200 rows whose `r` is the round.
+async fn write_round(t: &Table, round: i64) {
+    let batch: Vec<RowWrite> = (0..200)
+        .map(|i| PutRow::new(PrimaryKey::new().with("k", i)).column("r", round).into())
+        .collect();
+    for r in t.write_batch(batch).await.unwrap() {
+        r.unwrap();
     }
 }
 
@@ -213,20 +228,8 @@ async fn reopen_right_after_close_finds_the_directory_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reopen_right_after_drop_waits_for_the_release() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = || DbOptions {
-        compaction_trigger_runs: 2,
-        ..DbOptions::default().memtable_bytes(4 << 10)
-    };
     for round in 0..100i64 {
-        let db = Database::open_with(dir.path(), opts())
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        if round == 0 {
-            db.create_table(TableSchema::new("t").pk("k", PkType::Integer), TableOptions::default())
-                .await
-                .unwrap();
-        }
-        let t = db.table("t").unwrap();
+        let (db, t) = open_round(dir.path(), round).await;
         if round > 0 {
             let row = t
                 .get_row(GetRow::new(PrimaryKey::new().with("k", 199)))
@@ -240,16 +243,11 @@ async fn reopen_right_after_drop_waits_for_the_release() {
             );
         }
         if round == 1 {
-            let e = Database::open_with(dir.path(), opts()).await.unwrap_err();
+            let e = Database::open_with(dir.path(), busy_options()).await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::DatabaseLocked);
             assert!(e.message().contains("already open in this process"), "{e}");
         }
-        let batch: Vec<RowWrite> = (0..200)
-            .map(|i| PutRow::new(PrimaryKey::new().with("k", i)).column("r", round).into())
-            .collect();
-        for r in t.write_batch(batch).await.unwrap() {
-            r.unwrap();
-        }
+        write_round(&t, round).await;
         drop((t, db));
     }
 }
