@@ -91,6 +91,10 @@ impl CommitHost for Shared {
         self.options.clock.now_ms()
     }
 
+    fn closing(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     fn stall_runs(&self) -> usize {
         if self.options.auto_compaction {
             self.options

@@ -77,7 +77,8 @@ pub(crate) struct SegmentMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<u64>,
     /// The file's checksums (see [`checksum`]); `None` for segments
-    /// written before them, which are read unchecked.
+    /// written before them, which are decoded only when asked (see
+    /// [`ReadChecks`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<checksum::FileChecksum>,
 }

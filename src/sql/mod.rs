@@ -264,7 +264,7 @@ pub const MAX_NAME_PARTS: usize = 16;
 /// `a.b.c[d.e...` (fuzzing found 300-byte statements that took 12-20 s to
 /// be rejected; sqlparser 0.63 fixes it). Tokenizing is linear, and at 16
 /// parts the parser's worst case is well under a second.
-fn check_name_chains(sql: &str) -> DfResult<()> {
+pub(crate) fn check_name_chains(sql: &str) -> DfResult<()> {
     use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
     // What does not tokenize is the parser's to report.
     let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {

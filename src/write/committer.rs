@@ -145,6 +145,8 @@ pub(crate) trait CommitHost: Send + Sync + 'static {
     fn wal_bytes(&self) -> &AtomicU64;
     /// The database clock, in milliseconds (transaction expiry).
     fn now_ms(&self) -> i64;
+    /// The database is closing: no flush or compaction starts any more.
+    fn closing(&self) -> bool;
 }
 
 /// Most bytes of WAL payload in one group.
@@ -421,6 +423,7 @@ fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
 /// the stall limit (background compaction has fallen behind, and reads
 /// would slow down); gives up waiting after a while so that a stuck flush
 /// or compaction slows writers down instead of stopping them for good.
+/// A closing database does not wait: nothing would bring it under budget.
 fn stall_if_over_budget(host: &dyn CommitHost) {
     let budget = host.write_buffer_bytes();
     let max_runs = host.stall_runs();
@@ -431,7 +434,7 @@ fn stall_if_over_budget(host: &dyn CommitHost) {
             || (max_runs < usize::MAX && tables.iter().any(|t| t.run_count() > max_runs))
     };
     while over() {
-        if start.elapsed() > Duration::from_secs(30) {
+        if host.closing() || start.elapsed() > Duration::from_secs(30) {
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
