@@ -339,8 +339,11 @@ async fn delete_staged_uploads(tables: PathBuf) -> Result<()> {
 /// running finishes first. An open of the same directory in this process
 /// meanwhile waits for that release instead of failing with
 /// `DatabaseLocked` (the process list below tells it the holder is
-/// closing); a directory that is open here, or in another process, is
-/// refused at once.
+/// closing); a directory that is open here is refused at once. A lock
+/// held by no database of this process is retried for a moment before it
+/// is taken for another process's: a child process this one is starting
+/// (tests and tools spawn many) holds a copy of every open file until it
+/// execs, the lock of a database just closed here included.
 pub(crate) struct DirLock {
     file: Option<File>,
     key: PathBuf,
@@ -353,10 +356,15 @@ static LOCKED_HERE: parking_lot::Mutex<Vec<(PathBuf, std::sync::Weak<Shared>)>> 
 /// go of its directory.
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long an open retries a lock that no database of this process holds
+/// (a starting child process may hold a copy of it until it execs).
+const SPAWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl DirLock {
     async fn acquire(root: &Path) -> Result<DirLock> {
         let key = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        let start = std::time::Instant::now();
+        let deadline = start + RELEASE_WAIT;
         loop {
             let err = match lock_dir(root) {
                 Ok(file) => return Ok(DirLock { file: Some(file), key }),
@@ -369,7 +377,9 @@ impl DirLock {
                 .find(|(p, _)| *p == key)
                 .map(|(_, w)| w.upgrade());
             let closing = match holder {
-                // Another process (or an open of this one under way).
+                // Another process, an open of this one under way, or a
+                // child process that has not exec'd yet.
+                None if start.elapsed() < SPAWN_GRACE => true,
                 None => return Err(err),
                 Some(Some(shared)) => shared.closed.load(Ordering::Acquire),
                 // Being dropped right now.
