@@ -161,10 +161,17 @@ impl Drop for Segment {
         if !self.obsolete.load(Ordering::Acquire) {
             return;
         }
+        // A local file goes at once (one unlink), so that it is gone when
+        // the last holder is: a task spawned for it could run after the
+        // database was closed, or not at all.
+        if let Some(local) = &self.local_path {
+            let _ = std::fs::remove_file(local);
+            return;
+        }
         let store = self.store.clone();
         let path = self.object_path();
         // Without a runtime (shutdown) the file stays as an orphan that no
-        // manifest names; it is harmless.
+        // manifest names; the next open deletes it.
         if let Ok(h) = tokio::runtime::Handle::try_current() {
             h.spawn(async move {
                 let _ = store.delete(&path).await;
