@@ -97,7 +97,7 @@ pub async fn check_with(root: impl AsRef<Path>, table: Option<&str>, options: Ch
             root.display()
         )));
     }
-    let _lock = crate::db::open::lock_dir(&root)?;
+    let _lock = crate::db::lock::lock_dir(&root)?;
     let store: Arc<dyn ObjectStore> = Arc::new(
         LocalFileSystem::new_with_prefix(&root)
             .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,

@@ -44,7 +44,7 @@ pub(crate) struct Shared {
     pub(super) compaction_slots: tokio::sync::Semaphore,
     /// The directory lock; released when the last flush task lets go of
     /// `Shared`, so no other process can open the directory under it.
-    pub(super) lock: Option<super::open::DirLock>,
+    pub(super) lock: Option<super::lock::DirLock>,
 }
 
 impl Drop for Shared {

@@ -25,6 +25,7 @@ mod archive;
 mod background;
 mod catalog;
 mod inner;
+pub(crate) mod lock;
 mod maintain;
 pub(crate) mod open;
 pub(crate) mod queued;

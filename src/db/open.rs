@@ -9,7 +9,6 @@
 //! after replay, numbering writes after the highest sequence seen.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -24,6 +23,7 @@ use super::Database;
 use super::background::Shared;
 use super::catalog::CatalogFile;
 use super::inner::DbInner;
+use super::lock::DirLock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::options::DbOptions;
@@ -51,7 +51,9 @@ impl Database {
         let root = path.as_ref().to_path_buf();
         std::fs::create_dir_all(root.join("wal"))
             .map_err(|e| Error::io(format!("create data directory {}", root.display()), e))?;
-        let lock = DirLock::acquire(&root).await?;
+        let mut lock = DirLock::acquire(&root).await?;
+        let closed = Arc::new(AtomicBool::new(false));
+        lock.register(&closed);
         let (store, local_root): (Arc<dyn ObjectStore>, _) = match &options.object_store {
             Some(store) => (store.clone(), None),
             None => (
@@ -170,14 +172,11 @@ impl Database {
             runtime,
             commit_tx: OnceLock::new(),
             me: me.clone(),
-            closed: Arc::new(AtomicBool::new(false)),
+            closed,
             background_in_flight: AtomicUsize::new(0),
             compaction_slots,
             lock: Some(lock),
         });
-        if let Some(lock) = &shared.lock {
-            lock.register(&shared);
-        }
         let (tx, rx) = mpsc::channel(4096);
         let _ = shared.commit_tx.set(tx.downgrade());
         let host: Arc<dyn CommitHost> = shared.clone();
@@ -329,122 +328,4 @@ async fn delete_staged_uploads(tables: PathBuf) -> Result<()> {
     })
     .await
     .map_err(|e| Error::io("delete staged uploads", e))?
-}
-
-/// The directory lock of a database open in this process.
-///
-/// The lock belongs to the database's shared state, which background work
-/// (a flush, a compaction) holds until it ends: dropping the last
-/// `Database` handle stops new work and the committer, but a task already
-/// running finishes first. An open of the same directory in this process
-/// meanwhile waits for that release instead of failing with
-/// `DatabaseLocked` (the process list below tells it the holder is
-/// closing); a directory that is open here is refused at once. A lock
-/// held by no database of this process is retried for a moment before it
-/// is taken for another process's: a child process this one is starting
-/// (tests and tools spawn many) holds a copy of every open file until it
-/// execs, the lock of a database just closed here included.
-pub(crate) struct DirLock {
-    file: Option<File>,
-    key: PathBuf,
-}
-
-/// Data directories locked by this process, with their databases.
-static LOCKED_HERE: parking_lot::Mutex<Vec<(PathBuf, std::sync::Weak<Shared>)>> = parking_lot::Mutex::new(Vec::new());
-
-/// How long an open waits for a closing database of this process to let
-/// go of its directory.
-const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How long an open retries a lock that no database of this process holds
-/// (a starting child process may hold a copy of it until it execs).
-const SPAWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-impl DirLock {
-    async fn acquire(root: &Path) -> Result<DirLock> {
-        let key = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-        let start = std::time::Instant::now();
-        let deadline = start + RELEASE_WAIT;
-        loop {
-            let err = match lock_dir(root) {
-                Ok(file) => return Ok(DirLock { file: Some(file), key }),
-                Err(e) if e.kind() == ErrorKind::DatabaseLocked => e,
-                Err(e) => return Err(e),
-            };
-            let holder = LOCKED_HERE
-                .lock()
-                .iter()
-                .find(|(p, _)| *p == key)
-                .map(|(_, w)| w.upgrade());
-            let closing = match holder {
-                // Another process, an open of this one under way, or a
-                // child process that has not exec'd yet.
-                None if start.elapsed() < SPAWN_GRACE => true,
-                None => return Err(err),
-                Some(Some(shared)) => shared.closed.load(Ordering::Acquire),
-                // Being dropped right now.
-                Some(None) => true,
-            };
-            if !closing {
-                return Err(Error::new(
-                    ErrorKind::DatabaseLocked,
-                    format!(
-                        "the data directory {} is in use: it is already open in this process; share that Database \
-                         (clones are cheap) or close it before opening the directory again",
-                        root.display()
-                    ),
-                ));
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(Error::new(
-                    ErrorKind::DatabaseLocked,
-                    format!(
-                        "the data directory {} is in use: a closed database of this process still holds it after {} s \
-                         (its background flush or compaction has not finished); try again later",
-                        root.display(),
-                        RELEASE_WAIT.as_secs()
-                    ),
-                ));
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-    }
-
-    /// Lists the lock as held by `shared` (see [`DirLock`]).
-    fn register(&self, shared: &Arc<Shared>) {
-        LOCKED_HERE.lock().push((self.key.clone(), Arc::downgrade(shared)));
-    }
-}
-
-impl Drop for DirLock {
-    fn drop(&mut self) {
-        // One step under the list's lock: an open that finds no entry
-        // finds the file unlocked too.
-        let mut list = LOCKED_HERE.lock();
-        drop(self.file.take());
-        if let Some(i) = list.iter().position(|(p, w)| *p == self.key && w.strong_count() == 0) {
-            list.swap_remove(i);
-        }
-    }
-}
-
-pub(crate) fn lock_dir(root: &Path) -> Result<File> {
-    let path = root.join("LOCK");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| Error::io(format!("open lock file {}", path.display()), e))?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::new(
-            ErrorKind::DatabaseLocked,
-            format!(
-                "the data directory {} is in use by another Cellar process; stop it or use another --data directory",
-                root.display()
-            ),
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(format!("lock {}", path.display()), e)),
-    }
 }

@@ -19,14 +19,38 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::committer::PendingWrite;
 use super::{condition, validate};
 use crate::error::{Error, Result};
 use crate::model::api::{ReturnType, RowWrite};
+use crate::model::row::Mutation;
 use crate::model::row::RowState;
 use crate::model::schema::TableOptions;
 use crate::model::types::Cell;
-use crate::state::MemChain;
+use crate::state::{MemChain, TableInner};
+
+/// One row write ready to be committed.
+pub(crate) struct PendingWrite {
+    pub table: Arc<TableInner>,
+    pub key: Vec<u8>,
+    pub mutation: Mutation,
+    /// Where the 8 bytes of the auto-increment placeholder are in `key`.
+    pub auto_increment: Option<usize>,
+    /// A write that read its row: decided again if the row changed since.
+    pub check: Option<Box<CheckedWrite>>,
+}
+
+impl PendingWrite {
+    /// A write checked against nothing: committed as it is.
+    pub fn plain(table: Arc<TableInner>, key: Vec<u8>, mutation: Mutation) -> Self {
+        PendingWrite {
+            table,
+            key,
+            mutation,
+            auto_increment: None,
+            check: None,
+        }
+    }
+}
 
 /// What the committer needs to decide a checked write again.
 pub(crate) struct CheckedWrite {

@@ -34,36 +34,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::checked::{self, CheckedWrite, Decided};
+pub(crate) use super::checked::PendingWrite;
+use super::checked::{self, Decided};
 use super::locks::PartitionLocks;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::row::Mutation;
 use crate::state::TableInner;
 use crate::wal::{self, WalWriter};
-
-/// One row write ready to be committed.
-pub(crate) struct PendingWrite {
-    pub table: Arc<TableInner>,
-    pub key: Vec<u8>,
-    pub mutation: Mutation,
-    /// Where the 8 bytes of the auto-increment placeholder are in `key`.
-    pub auto_increment: Option<usize>,
-    /// A write that read its row: decided again if the row changed since.
-    pub check: Option<Box<CheckedWrite>>,
-}
-
-impl PendingWrite {
-    /// A write checked against nothing: committed as it is.
-    pub fn plain(table: Arc<TableInner>, key: Vec<u8>, mutation: Mutation) -> Self {
-        PendingWrite {
-            table,
-            key,
-            mutation,
-            auto_increment: None,
-            check: None,
-        }
-    }
-}
 
 /// The committer's answer to one `Write` message.
 #[derive(Debug, Clone)]
