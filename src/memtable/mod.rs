@@ -435,16 +435,6 @@ fn bounds_ordered(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 }
 
 impl Memtable {
-    /// The sequence of the newest write of `key` here (0: none).
-    pub fn newest_seq(&self, key: &[u8]) -> u64 {
-        let map = self.map.read();
-        match map.keys.get(key) {
-            Some(Ops::Put(seq, _)) => *seq,
-            Some(Ops::Many(ops)) => ops.last().map_or(0, |(s, _)| *s),
-            None => 0,
-        }
-    }
-
     /// Applies this memtable's writes of `key` with sequence above `after`
     /// onto `state`, in sequence order: `state` as of `after` becomes the
     /// row as of this memtable's newest write. Returns false when it has

@@ -123,17 +123,6 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
         }
         earlier.reverse();
         let key = &group[i].key;
-        let moved_on = check
-            .chain
-            .iter()
-            .any(|m| m.max_seq() > check.at && m.newest_seq(key) > check.at);
-        if earlier.is_empty() && !moved_on {
-            if check.failed {
-                committed[i] = false;
-                out.failed.push(i);
-            }
-            continue;
-        }
         let CheckedWrite {
             at,
             state,
@@ -141,15 +130,25 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
             write,
             now_ms,
             options,
-            ..
+            failed,
         } = *check;
         // The row at the write's place: the snapshot's state, then every
-        // later write of the key in sequence order.
+        // later write of the key in sequence order. Nothing later (the
+        // common case): the writer's outcome stands.
         let mut found = state.is_some();
         let mut st = state.unwrap_or_default();
+        let mut moved = false;
         for m in chain.iter() {
-            found |= m.apply_after(key, at, &mut st);
+            moved |= m.apply_after(key, at, &mut st);
         }
+        if earlier.is_empty() && !moved {
+            if failed {
+                committed[i] = false;
+                out.failed.push(i);
+            }
+            continue;
+        }
+        found |= moved;
         for &j in &earlier {
             st.apply(next_seq + j as u64, &group[j].mutation);
             found = true;

@@ -264,19 +264,15 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 let to = all.partition_point(|c| *c < start + n);
                 all[from..to].iter().map(|c| c - start).collect()
             };
+            let mut decided = decisions.decided.into_iter().peekable();
             for (done, n) in acks {
                 let from = refused.partition_point(|(c, _)| *c < start);
                 let to = refused.partition_point(|(c, _)| *c < start + n);
-                let (dfrom, dto) = (
-                    decisions.decided.partition_point(|(c, _)| *c < start),
-                    decisions.decided.partition_point(|(c, _)| *c < start + n),
-                );
                 let ack = CommitAck {
                     first_seq: next,
                     uncommitted: mine(&uncommitted, start, n),
-                    decided: decisions.decided[dfrom..dto]
-                        .iter()
-                        .map(|(c, d)| (c - start, d.clone()))
+                    decided: std::iter::from_fn(|| decided.next_if(|(c, _)| *c < start + n))
+                        .map(|(c, d)| (c - start, d))
                         .collect(),
                     refused: refused[from..to].iter().map(|(c, e)| (c - start, e.clone())).collect(),
                 };
