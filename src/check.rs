@@ -97,7 +97,9 @@ pub async fn check_with(root: impl AsRef<Path>, table: Option<&str>, options: Ch
             root.display()
         )));
     }
-    let _lock = crate::db::lock::lock_dir(&root)?;
+    // Waits, as an open does, for a database of this process that is
+    // closing to let go of the directory.
+    let _lock = crate::db::lock::DirLock::acquire(&root).await?;
     let store: Arc<dyn ObjectStore> = Arc::new(
         LocalFileSystem::new_with_prefix(&root)
             .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
@@ -229,7 +231,12 @@ async fn check_segment(store: &dyn ObjectStore, seg: &SegmentMeta, options: Chec
             seg.size_bytes
         )));
     }
-    let (problems, checksummed) = crate::segment::verify_file(&seg.path, seg.checksum.as_ref(), bytes);
+    let (mut problems, checksummed) = crate::segment::verify_file(&seg.path, seg.checksum.as_ref(), bytes.clone());
+    if problems.is_empty()
+        && let Err(e) = crate::segment::verify_cells(&seg.path, bytes)
+    {
+        problems.push(e.message().to_string());
+    }
     Ok(if !problems.is_empty() {
         FileState::Damaged(problems.join("; "))
     } else if !checksummed {

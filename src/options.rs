@@ -42,6 +42,12 @@ pub struct DbOptions {
     /// reads the dictionary whole, so it is kept small; 0 turns it off.
     /// Defaults to 8 KiB (1024 distinct values).
     pub numeric_dictionary_bytes: usize,
+    /// Segments written from now on carry `__cells`, each key's whole state
+    /// in one row-oriented value, so that a point read or a short range read
+    /// decodes two small pages instead of a page of every column (see
+    /// `docs/format.md`). Off saves its space (for tables only ever
+    /// scanned); reads then decode the columns. Defaults to true.
+    pub row_cells: bool,
     /// Output segments of a compaction are cut past this many bytes (they
     /// stream to the store as they are written, so this costs no memory).
     /// Defaults to 128 MiB.
@@ -108,6 +114,7 @@ impl Default for DbOptions {
             page_rows: 256,
             page_bytes: 2 << 10,
             numeric_dictionary_bytes: 8 << 10,
+            row_cells: true,
             compaction_segment_bytes: 128 << 20,
             auto_compaction: true,
             compaction_trigger_runs: 4,

@@ -20,7 +20,9 @@ use crate::error::{Error, ErrorKind, Result};
 /// running finishes first. An open of the same directory in this process
 /// meanwhile waits for that release instead of failing with
 /// `DatabaseLocked` (the process list below tells it the holder is
-/// closing); a directory that is open here is refused at once. A lock
+/// closing); a directory that is open here is refused once it stayed
+/// open for a moment (the last handles of a database may still be held
+/// by tasks being cancelled, those of a failed query say). A lock
 /// held by no database of this process is retried for a moment before it
 /// is taken for another process's: a child process this one is starting
 /// (tests and tools spawn many) holds a copy of every open file until it
@@ -41,7 +43,8 @@ static LOCKED_HERE: parking_lot::Mutex<Vec<(PathBuf, Arc<AtomicBool>)>> = parkin
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long an open retries a lock that no database of this process holds
-/// (a starting child process may hold a copy of it until it execs).
+/// (a starting child process may hold a copy of it until it execs), or
+/// one that a database open here holds (its last handles may be going).
 const SPAWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl DirLock {
@@ -71,7 +74,11 @@ impl DirLock {
                 // child process that has not exec'd yet.
                 None if start.elapsed() < SPAWN_GRACE => true,
                 None => return Err(err),
-                Some(closed) => closed,
+                // Open here: its last handles may be on their way out
+                // (the tasks of a failed query drop theirs when the
+                // runtime cancels them, just after the error returned).
+                Some(false) => start.elapsed() < SPAWN_GRACE,
+                Some(true) => true,
             };
             if !closing {
                 return Err(Error::new(
@@ -120,7 +127,7 @@ impl Drop for DirLock {
     }
 }
 
-pub(crate) fn lock_dir(root: &Path) -> Result<File> {
+fn lock_dir(root: &Path) -> Result<File> {
     let path = root.join("LOCK");
     let f = std::fs::OpenOptions::new()
         .create(true)

@@ -79,6 +79,7 @@ impl Database {
                 page_rows: options.page_rows,
                 page_bytes: options.page_bytes,
                 numeric_dictionary_bytes: options.numeric_dictionary_bytes,
+                cells: options.row_cells,
             },
             read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),
             chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(

@@ -37,6 +37,8 @@ pub(crate) struct SegmentWriteOptions {
     pub page_bytes: usize,
     /// Dictionary page limit of integer and double values (0: plain).
     pub numeric_dictionary_bytes: usize,
+    /// Write `__cells` (see `cells`). Defaults to true.
+    pub cells: bool,
 }
 
 impl Default for SegmentWriteOptions {
@@ -46,6 +48,7 @@ impl Default for SegmentWriteOptions {
             page_rows: 256,
             page_bytes: 2 << 10,
             numeric_dictionary_bytes: 8 << 10,
+            cells: true,
         }
     }
 }
@@ -60,6 +63,8 @@ pub(crate) struct SegmentBuilder<W: std::io::Write + Send = Vec<u8>> {
     opts: SegmentWriteOptions,
     columns: Vec<(String, TypeSet)>,
     schema: Arc<Schema>,
+    /// `schema` and `__cells`: what the file holds.
+    file_schema: Arc<Schema>,
     /// The Parquet writer, opened on the first batch (see [`Output`]),
     /// over the sink through the file's checksums.
     out: Output<ChecksumWriter<W>>,
@@ -112,6 +117,11 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         expected_keys: usize,
     ) -> Result<Self> {
         let schema = format::arrow_schema(table, &columns);
+        let file_schema = if opts.cells {
+            format::file_schema(&schema)
+        } else {
+            schema.clone()
+        };
         let batch = BatchBuilder::new(table, &columns);
         let copied = CopiedStats {
             counts: vec![[0; 5]; columns.len()],
@@ -123,6 +133,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             opts,
             columns,
             schema,
+            file_schema,
             out: Output::Pending(Some(ChecksumWriter::new(sink))),
             expected_keys,
             batch,
@@ -210,7 +221,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             while cut < n && rank.value(cut) != 0 {
                 cut += 1;
             }
-            self.writer(batch)?.write(&batch.slice(start, cut - start))?;
+            self.write_rows(&batch.slice(start, cut - start))?;
             self.num_rows += (cut - start) as u64;
             if self.in_progress_rows() >= self.opts.row_group_rows {
                 self.writer(batch)?.flush()?;
@@ -265,8 +276,22 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     fn write_batch(&mut self) -> Result<RecordBatch> {
         self.num_rows += self.batch.rows as u64;
         let batch = self.batch.finish(&self.schema)?;
-        self.writer(&batch)?.write(&batch)?;
+        self.write_rows(&batch)?;
         Ok(batch)
+    }
+
+    /// Writes whole keys in the layout, with their `__cells` added.
+    fn write_rows(&mut self, batch: &RecordBatch) -> Result<()> {
+        if !self.opts.cells {
+            self.writer(batch)?.write(batch)?;
+            return Ok(());
+        }
+        let cells = super::cells::encode_cells(batch)?;
+        let mut columns = batch.columns().to_vec();
+        columns.push(cells);
+        let file = RecordBatch::try_new(self.file_schema.clone(), columns)?;
+        self.writer(batch)?.write(&file)?;
+        Ok(())
     }
 
     /// The Parquet writer; opened on the first batch, `first`, whose key
@@ -278,7 +303,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
                 .ok_or_else(|| Error::corruption("a segment writer failed to open earlier"))?;
             let plain = plain_key_columns(&self.table, first);
             let props = writer_properties(&self.table, &self.columns, self.opts, self.expected_keys, &plain);
-            self.out = Output::Open(Box::new(ArrowWriter::try_new(sink, self.schema.clone(), Some(props))?));
+            self.out = Output::Open(Box::new(ArrowWriter::try_new(sink, self.file_schema.clone(), Some(props))?));
         }
         match &mut self.out {
             Output::Open(w) => Ok(w),
@@ -436,6 +461,12 @@ fn writer_properties(
         .set_column_bloom_filter_enabled(pk.clone(), true)
         .set_column_bloom_filter_fpp(pk.clone(), 0.01)
         .set_column_bloom_filter_max_ndv(pk, keys.clamp(1, opts.row_group_rows) as u64);
+    // `__cells`: read one value at a time by point reads, never by scans;
+    // no statistics (they would copy whole rows into the footer).
+    let cells = ColumnPath::from(format::CELLS);
+    b = b
+        .set_column_statistics_enabled(cells.clone(), EnabledStatistics::None)
+        .set_column_data_page_size_limit(cells, opts.page_bytes.max(1));
     for c in &table.primary_key {
         let path = ColumnPath::from(c.name.as_str());
         b = b.set_column_statistics_enabled(path.clone(), EnabledStatistics::Page);

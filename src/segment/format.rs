@@ -45,6 +45,9 @@ pub(crate) const ROW_TS: &str = "__row_ts";
 pub(crate) const TOMB: &str = "__tomb";
 pub(crate) const MAX_TS: &str = "__max_ts";
 pub(crate) const TS: &str = "ts";
+/// The last column of a file: each key's whole state, row-encoded (see
+/// `segment::cells`).
+pub(crate) const CELLS: &str = "__cells";
 
 pub(crate) const ROW_MERGE: u8 = 0;
 pub(crate) const ROW_REPLACE: u8 = 1;
@@ -101,6 +104,15 @@ pub(crate) fn arrow_schema(table: &TableSchema, columns: &[(String, TypeSet)]) -
         fields.push(Field::new(name, DataType::Struct(struct_fields(*types)), false));
     }
     Arc::new(Schema::new(fields))
+}
+
+/// The schema of a segment file: the layout's columns (`layout`, an
+/// [`arrow_schema`]) and `__cells` after them. Batches in memory (encoders,
+/// merges, overlays) have the layout alone; the writer adds `__cells`.
+pub(crate) fn file_schema(layout: &Schema) -> Arc<Schema> {
+    let mut fields: Vec<Field> = layout.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(CELLS, DataType::Binary, true));
+    Arc::new(Schema::new_with_metadata(fields, layout.metadata().clone()))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! `KeyWrites`. The layout is in `docs/format.md`, "Segments".
 
 mod build;
+mod cells;
 mod checksum;
 pub(crate) mod chunk_cache;
 mod encode;
@@ -22,6 +23,7 @@ mod reader;
 mod scan;
 
 pub(crate) use build::{SegmentBuilder, SegmentWriteOptions};
+pub(crate) use cells::verify_cells;
 pub(crate) use checksum::verify_file;
 pub(crate) use encode::{RowEncoder, encode_states};
 pub(crate) use point::partition;

@@ -22,6 +22,7 @@ use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnDescPtr;
 
+use super::cells::decode_cells;
 use super::checksum::BlockChecks;
 use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
@@ -207,6 +208,43 @@ impl RowGroupFile<'_> {
             std::cmp::Ordering::Greater => false,
         })?;
         Ok(found)
+    }
+
+    /// The leaf of `__cells` (the last one), when the file has it
+    /// (segments written before it do not).
+    pub fn cells_leaf(&self) -> Option<usize> {
+        let descr = self.md.file_metadata().schema_descr();
+        let last = descr.num_columns().checked_sub(1)?;
+        (descr.column(last).path().parts() == [format::CELLS]).then_some(last)
+    }
+
+    /// The state of the key whose first row is `row`, from its `__cells`
+    /// (leaf `leaf`); `columns`: the attribute columns to keep.
+    pub fn cells_state(&self, leaf: usize, row: usize, columns: Option<&[String]>) -> Result<RowState> {
+        let cells = self
+            .one::<ByteArrayType>(leaf, row)?
+            .ok_or_else(|| self.err(format!("__cells is null on row {row} of row group {}, a key's first row", self.rg)))?;
+        decode_cells(cells.data(), columns).map_err(|e| self.err(e.message()))
+    }
+
+    /// Calls `f(key, cells)` for every row of `rows` that starts a key (the
+    /// other rows of a key have no `__cells`), in key order.
+    pub fn each_cells(
+        &self,
+        pk_leaf: usize,
+        cells_leaf: usize,
+        rows: Range<usize>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let keys = self.read::<ByteArrayType>(pk_leaf, rows.clone())?;
+        let cells = self.read::<ByteArrayType>(cells_leaf, rows)?;
+        for (k, c) in keys.iter().zip(&cells) {
+            if let Some(c) = c {
+                let k = k.as_ref().ok_or_else(|| self.err("__pk is null"))?;
+                f(k.data(), c.data())?;
+            }
+        }
+        Ok(())
     }
 
     /// The state of the key stored in `rows`; `columns`: the attribute

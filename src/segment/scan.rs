@@ -88,7 +88,10 @@ impl Segment {
             };
             // `__pk` is the first column, so leaf 0.
             if let Some(rows) = group.key_rows(0, selected_rows(md, rg, &range), key)? {
-                return group.key_state(rows, columns).map(Some);
+                return match group.cells_leaf() {
+                    Some(cells) => group.cells_state(cells, rows.start, columns).map(Some),
+                    None => group.key_state(rows, columns).map(Some),
+                };
             }
         }
         Ok(None)
@@ -368,6 +371,28 @@ impl SegmentCursor {
         out: &mut Vec<(Vec<u8>, RowState)>,
     ) -> Result<()> {
         let md = meta.metadata();
+        // A mapped file with `__cells`: two leaves through Parquet's column
+        // readers, no Arrow decoding of every attribute.
+        if let Some(file) = self.seg.local_file()? {
+            let group = RowGroupFile {
+                file: Arc::new(Bytes::from_owner(MappedRange(file.clone(), 0..file.len()))),
+                checks: self.seg.checks.get().map(|c| &**c),
+                md,
+                rg,
+                path: &self.seg.meta.path,
+            };
+            if let Some(cells) = group.cells_leaf() {
+                let columns = self.columns.as_deref();
+                return group.each_cells(0, cells, rows, |key, c| {
+                    if self.range.contains(key) {
+                        let st = super::cells::decode_cells(c, columns)
+                            .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
+                        out.push((key.to_vec(), st));
+                    }
+                    Ok(())
+                });
+            }
+        }
         let schema = meta.schema();
         let wanted: Vec<usize> = schema
             .fields()
