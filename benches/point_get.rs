@@ -50,6 +50,7 @@ fn main() {
             t.stats().segments,
             t.stats().segment_bytes as f64 / 1e6
         );
+        common::print_column_bytes("point_get sizes", dir.path());
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let key = |i: u64| {
             PrimaryKey::new()

@@ -12,10 +12,13 @@
 //! ```text
 //! cells  = u8(1) u8(flags) varint(seq) [zigzag(row_ts)] [bytes(tombstones)] varint(n) n x column
 //! flags  = 1: replaces older sources, 2: row_ts follows, 4: tombstones follow
-//! column = bytes(name) varint(m) m x (zigzag(version - previous version) value)
+//! column = varint(index) varint(m) m x (zigzag(version - previous version) value)
 //! ```
 //!
-//! Versions are stored newest first per column, each as the difference
+//! `index` is the column's place among the file's attribute columns (the
+//! struct columns, in schema order: [`attribute_names`]); the value is
+//! computed when the file is written, so a copied row gets the indexes of
+//! the file it is copied into. Versions are stored newest first per column, each as the difference
 //! (wrapping) from the version written before it in the same value (0
 //! before the first), so cells written together cost a byte each.
 //! `tombstones` and `value` are the encodings of `__tomb` and of the WAL.
@@ -110,14 +113,14 @@ pub(crate) fn encode_cells(batch: &RecordBatch) -> Result<ArrayRef> {
         let mut columns = 0u64;
         let mut prev = 0i64;
         let mut body = Vec::new();
-        for a in &attrs {
+        for (index, a) in attrs.iter().enumerate() {
             let here = |i: usize| a.present.as_ref().is_none_or(|p| p.is_valid(i));
             let m = (r..end).filter(|&i| here(i)).count();
             if m == 0 {
                 continue;
             }
             columns += 1;
-            codec::put_bytes(&mut body, a.name.as_bytes());
+            codec::put_varint(&mut body, index as u64);
             codec::put_varint(&mut body, m as u64);
             for i in (r..end).filter(|&i| here(i)) {
                 let ts = a.ts.value(i);
@@ -181,10 +184,23 @@ fn put_cell_value(out: &mut Vec<u8>, a: &Attr<'_>, i: usize) -> Result<()> {
     )))
 }
 
-/// The state in a `__cells` value; `columns`: the attribute columns to keep
-/// (`None`: all; tombstones are kept whatever the projection, as the
-/// columnar decoders keep them).
-pub(crate) fn decode_cells(bytes: &[u8], columns: Option<&[String]>) -> Result<RowState> {
+/// The attribute columns of a segment file in schema order: what a
+/// `__cells` column index names.
+pub(crate) fn attribute_names(schema: &parquet::schema::types::SchemaDescriptor) -> Vec<String> {
+    schema
+        .root_schema()
+        .get_fields()
+        .iter()
+        .filter(|f| f.is_group() && !f.name().starts_with("__"))
+        .map(|f| f.name().to_string())
+        .collect()
+}
+
+/// The state in a `__cells` value of a file whose attribute columns are
+/// `names`; `columns`: the attribute columns to keep (`None`: all;
+/// tombstones are kept whatever the projection, as the columnar decoders
+/// keep them).
+pub(crate) fn decode_cells(bytes: &[u8], names: &[String], columns: Option<&[String]>) -> Result<RowState> {
     let mut d = Decoder::new(bytes, "segment __cells");
     let version = d.u8()?;
     if version != VERSION {
@@ -208,9 +224,14 @@ pub(crate) fn decode_cells(bytes: &[u8], columns: Option<&[String]>) -> Result<R
     let n = d.varint()?;
     let mut prev = 0i64;
     for _ in 0..n {
-        let name = d.bytes()?;
+        let index = d.varint()?;
         let m = d.len()?;
-        let name = std::str::from_utf8(name).map_err(|_| Error::corruption("segment __cells: a column name is not UTF-8"))?;
+        let name = usize::try_from(index).ok().and_then(|i| names.get(i)).ok_or_else(|| {
+            Error::corruption(format!(
+                "segment __cells: column {index} of a file with {} attribute columns",
+                names.len()
+            ))
+        })?;
         let keep = columns.is_none_or(|c| c.iter().any(|c| c == name));
         let mut versions = Vec::with_capacity(if keep { m } else { 0 });
         for _ in 0..m {
@@ -221,7 +242,7 @@ pub(crate) fn decode_cells(bytes: &[u8], columns: Option<&[String]>) -> Result<R
             }
         }
         if keep {
-            st.columns.entry(name.to_string()).or_default().versions = versions;
+            st.columns.entry(name.clone()).or_default().versions = versions;
         }
     }
     if !d.is_empty() {
@@ -242,6 +263,7 @@ pub(crate) fn verify_cells(path: &str, bytes: bytes::Bytes) -> Result<()> {
         if builder.schema().field_with_name(format::CELLS).is_err() {
             return Ok(());
         }
+        let names = attribute_names(builder.parquet_schema());
         let reader = builder.with_batch_size(8192).build().map_err(|e| bad(&e))?;
         let mut columns: Vec<(Vec<u8>, RowState)> = Vec::new();
         let mut cells: Vec<RowState> = Vec::new();
@@ -273,7 +295,7 @@ pub(crate) fn verify_cells(path: &str, bytes: bytes::Bytes) -> Result<()> {
                 .and_then(|c| c.as_binary_opt::<i32>())
                 .ok_or_else(|| bad(&"__cells is not binary"))?;
             for v in col.iter().flatten() {
-                cells.push(decode_cells(v, None).map_err(|e| bad(&e.message()))?);
+                cells.push(decode_cells(v, &names, None).map_err(|e| bad(&e.message()))?);
             }
             // The last key may go on in the next batch.
             compare(&mut columns, &mut cells, 1)?;
@@ -302,7 +324,13 @@ mod tests {
     }
 
     fn version() -> impl Strategy<Value = i64> {
-        prop_oneof![any::<i64>(), Just(i64::MIN), Just(i64::MAX), 0i64..5, 1_700_000_000_000i64..1_700_000_000_010]
+        prop_oneof![
+            any::<i64>(),
+            Just(i64::MIN),
+            Just(i64::MAX),
+            0i64..5,
+            1_700_000_000_000i64..1_700_000_000_010
+        ]
     }
 
     fn column() -> impl Strategy<Value = ColumnState> {
@@ -323,7 +351,11 @@ mod tests {
             any::<u64>(),
             any::<bool>(),
             proptest::option::of(version()),
-            proptest::collection::btree_map(prop_oneof![Just("a"), Just("b"), Just("c d"), Just("é")], column(), 0..4),
+            proptest::collection::btree_map(
+                prop_oneof![Just("a"), Just("b"), Just("c d"), Just("é")],
+                column(),
+                0..4,
+            ),
         )
             .prop_map(|(seq, replace, row_ts, cols)| {
                 let mut columns = std::collections::BTreeMap::new();
@@ -379,6 +411,7 @@ mod tests {
             let schema = format::arrow_schema(&t, &columns);
             let batch = super::super::encode_states(&t, &columns, &schema, &states).unwrap();
             let cells = encode_cells(&batch).unwrap();
+            let names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
             let cells = cells.as_binary::<i32>();
             let mut decoded = Vec::new();
             super::super::decode_batch(&batch, &KeyRange::all(), &mut decoded).unwrap();
@@ -387,14 +420,14 @@ mod tests {
             for (key, st) in &decoded {
                 while rank.value(at) != 0 { prop_assert!(cells.is_null(at)); at += 1; }
                 prop_assert!(cells.is_valid(at));
-                prop_assert_eq!(&decode_cells(cells.value(at), None).unwrap(), st, "key {:?}", key);
+                prop_assert_eq!(&decode_cells(cells.value(at), &names, None).unwrap(), st, "key {:?}", key);
                 let only_a = vec!["a".to_string()];
                 let mut want = st.clone();
                 want.columns.retain(|n, c| n == "a" || c.delete_all || !c.deleted.is_empty());
                 for (n, c) in want.columns.iter_mut() {
                     if n != "a" { c.versions.clear(); }
                 }
-                prop_assert_eq!(decode_cells(cells.value(at), Some(&only_a)).unwrap(), want);
+                prop_assert_eq!(decode_cells(cells.value(at), &names, Some(&only_a)).unwrap(), want);
                 at += 1;
             }
         }
@@ -402,8 +435,15 @@ mod tests {
 
     #[test]
     fn damaged_cells_are_an_error_not_a_panic() {
-        for bytes in [&[][..], &[2, 0, 0, 0], &[1, 0, 5], &[1, 0, 1, 1, 3, b'a'], &[1, 0, 1, 0, 7]] {
-            assert!(decode_cells(bytes, None).is_err(), "{bytes:?}");
+        for bytes in [
+            &[][..],
+            &[2, 0, 0, 0],
+            &[1, 0, 5],
+            &[1, 0, 1, 1, 3, 1],
+            &[1, 0, 1, 0, 7],
+            &[1, 0, 1, 1, 0, 1, 0, 0, 0, 9],
+        ] {
+            assert!(decode_cells(bytes, &["a".to_string()], None).is_err(), "{bytes:?}");
         }
     }
 }

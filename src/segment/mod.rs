@@ -138,6 +138,8 @@ pub(crate) struct Segment {
     view_meta: OnceCell<ArrowReaderMetadata>,
     /// The `__pk` bloom filter of each row group, read once.
     blooms: OnceCell<Vec<Option<Sbbf>>>,
+    /// The attribute columns in file order (what `__cells` indexes name).
+    attribute_names: std::sync::OnceLock<Arc<Vec<String>>>,
     /// The data region's block checksums, from the footer (set with
     /// `reader_meta` for a segment that has them).
     checks: std::sync::OnceLock<Arc<checksum::BlockChecks>>,
@@ -204,6 +206,7 @@ impl Segment {
             reader_meta: OnceCell::new(),
             view_meta: OnceCell::new(),
             blooms: OnceCell::new(),
+            attribute_names: std::sync::OnceLock::new(),
             checks: std::sync::OnceLock::new(),
             read_checks,
             tail_cache: None,
@@ -228,6 +231,13 @@ impl Segment {
     pub fn with_chunk_cache(mut self, cache: Arc<chunk_cache::ChunkCache>) -> Self {
         self.chunk_cache = Some((cache, chunk_cache::next_id()));
         self
+    }
+
+    /// The file's attribute columns in schema order (`md`: its footer).
+    pub(crate) fn attribute_names(&self, md: &parquet::file::metadata::ParquetMetaData) -> Arc<Vec<String>> {
+        self.attribute_names
+            .get_or_init(|| Arc::new(cells::attribute_names(md.file_metadata().schema_descr())))
+            .clone()
     }
 
     pub fn mark_obsolete(&self) {

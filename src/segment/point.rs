@@ -162,7 +162,7 @@ impl RowGroupFile<'_> {
 
     /// Calls `f(row, key)` for the keys of `candidates` in order while it
     /// returns true. Keys are decoded in small steps, so stopping early
-    /// saves decoding the rest: the delta-encoded `__pk` allocates per
+    /// saves decoding the rest: a delta-encoded `__pk` (older segments) allocates per
     /// decoded value.
     fn scan_keys(
         &self,
@@ -220,11 +220,20 @@ impl RowGroupFile<'_> {
 
     /// The state of the key whose first row is `row`, from its `__cells`
     /// (leaf `leaf`); `columns`: the attribute columns to keep.
-    pub fn cells_state(&self, leaf: usize, row: usize, columns: Option<&[String]>) -> Result<RowState> {
-        let cells = self
-            .one::<ByteArrayType>(leaf, row)?
-            .ok_or_else(|| self.err(format!("__cells is null on row {row} of row group {}, a key's first row", self.rg)))?;
-        decode_cells(cells.data(), columns).map_err(|e| self.err(e.message()))
+    pub fn cells_state(
+        &self,
+        leaf: usize,
+        row: usize,
+        names: &[String],
+        columns: Option<&[String]>,
+    ) -> Result<RowState> {
+        let cells = self.one::<ByteArrayType>(leaf, row)?.ok_or_else(|| {
+            self.err(format!(
+                "__cells is null on row {row} of row group {}, a key's first row",
+                self.rg
+            ))
+        })?;
+        decode_cells(cells.data(), names, columns).map_err(|e| self.err(e.message()))
     }
 
     /// Calls `f(key, cells)` for every row of `rows` that starts a key (the

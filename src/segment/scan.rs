@@ -89,7 +89,9 @@ impl Segment {
             // `__pk` is the first column, so leaf 0.
             if let Some(rows) = group.key_rows(0, selected_rows(md, rg, &range), key)? {
                 return match group.cells_leaf() {
-                    Some(cells) => group.cells_state(cells, rows.start, columns).map(Some),
+                    Some(cells) => group
+                        .cells_state(cells, rows.start, &self.attribute_names(md), columns)
+                        .map(Some),
                     None => group.key_state(rows, columns).map(Some),
                 };
             }
@@ -274,7 +276,7 @@ impl Segment {
 
 /// Streams a segment's key states within a range, in either direction.
 ///
-/// Forward scans read a row group in growing windows (256 rows, doubling),
+/// Forward scans read a row group in growing windows (32 rows, doubling),
 /// so that a short range scan with a small limit decodes a page or two, not
 /// a whole row group; a key cut by a window boundary is held back and
 /// completed by the next window. Backward scans read the selected rows of a
@@ -290,7 +292,9 @@ pub(crate) struct SegmentCursor {
     carry: Option<(Vec<u8>, RowState)>,
 }
 
-const FIRST_WINDOW_ROWS: usize = 256;
+/// A GetRange with a small limit decodes a window or two: each key's state
+/// is decoded whole (from `__cells` or the columns) as it is read.
+const FIRST_WINDOW_ROWS: usize = 32;
 
 impl SegmentCursor {
     /// `columns`: the attribute columns to read (`None`: all of them).
@@ -383,10 +387,12 @@ impl SegmentCursor {
             };
             if let Some(cells) = group.cells_leaf() {
                 let columns = self.columns.as_deref();
+                let names = self.seg.attribute_names(md);
                 return group.each_cells(0, cells, rows, |key, c| {
                     if self.range.contains(key) {
-                        let st = super::cells::decode_cells(c, columns)
-                            .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
+                        let st = super::cells::decode_cells(c, &names, columns).map_err(|e| {
+                            Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message()))
+                        })?;
                         out.push((key.to_vec(), st));
                     }
                     Ok(())
