@@ -21,6 +21,7 @@ mod limits;
 mod model;
 mod ordering;
 mod power_loss;
+mod read_diff;
 mod recovery;
 mod s3_server;
 mod segments;

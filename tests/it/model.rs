@@ -21,7 +21,7 @@ pub(crate) struct ModelRow {
     marker: Option<i64>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Model {
     pub(crate) rows: BTreeMap<Key, ModelRow>,
     pub(crate) opts: TableOptions,
