@@ -123,7 +123,7 @@ pub fn column_bytes(dir: &std::path::Path) -> (Vec<(String, u64)>, u64) {
         }
     }
     let mut v: Vec<_> = by.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|c| std::cmp::Reverse(c.1));
     (v, total)
 }
 

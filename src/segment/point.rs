@@ -162,8 +162,8 @@ impl RowGroupFile<'_> {
 
     /// Calls `f(row, key)` for the keys of `candidates` in order while it
     /// returns true. Keys are decoded in small steps, so stopping early
-    /// saves decoding the rest: a delta-encoded `__pk` (older segments) allocates per
-    /// decoded value.
+    /// saves decoding the rest: a delta-encoded `__pk` (older segments)
+    /// allocates per decoded value.
     fn scan_keys(
         &self,
         pk_leaf: usize,

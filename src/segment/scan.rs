@@ -400,12 +400,18 @@ impl SegmentCursor {
             }
         }
         let schema = meta.schema();
+        // A remote file with `__cells` is read through it too: two columns
+        // fetched instead of every attribute's.
+        let cells = schema.index_of(format::CELLS).ok();
         let wanted: Vec<usize> = schema
             .fields()
             .iter()
             .enumerate()
             .filter(|(_, f)| {
                 let name = f.name().as_str();
+                if cells.is_some() {
+                    return matches!(name, format::PK | format::CELLS);
+                }
                 matches!(
                     name,
                     format::PK | format::SEQ | format::RANK | format::ROW | format::ROW_TS | format::TOMB
@@ -414,6 +420,7 @@ impl SegmentCursor {
             })
             .map(|(i, _)| i)
             .collect();
+        let names = self.seg.attribute_names(md);
         let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), wanted);
         let total = md.row_group(rg).num_rows() as usize;
         // Batch buffers are sized up front: a point get selects one page.
@@ -428,11 +435,36 @@ impl SegmentCursor {
             .map_err(|e| Error::corruption(format!("segment {}: {e}", self.seg.meta.path)))?;
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(|e| super::read_error(&self.seg.meta.path, e))?;
-            decode_batch(&batch, &self.range, out)
-                .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
+            let decoded = match cells {
+                Some(_) => decode_cells_batch(&batch, &self.range, &names, self.columns.as_deref(), out),
+                None => decode_batch(&batch, &self.range, out),
+            };
+            decoded.map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
         }
         Ok(())
     }
+}
+
+/// Appends the key states of a batch of `__pk` and `__cells` that fall in
+/// `range` to `out` (a key's other ranks have no `__cells`).
+fn decode_cells_batch(
+    batch: &RecordBatch,
+    range: &KeyRange,
+    names: &[String],
+    columns: Option<&[String]>,
+    out: &mut Vec<(Vec<u8>, RowState)>,
+) -> Result<()> {
+    let pk = column(batch, format::PK)?.as_binary::<i32>();
+    let cells = column(batch, format::CELLS)?.as_binary::<i32>();
+    for r in 0..batch.num_rows() {
+        if cells.is_valid(r) && range.contains(pk.value(r)) {
+            out.push((
+                pk.value(r).to_vec(),
+                super::cells::decode_cells(cells.value(r), names, columns)?,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The page index of row group `rg`'s `__pk` column (leaf 0): per-page key
