@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BinaryBuilder, RecordBatch, StructArray};
+use arrow::array::{Array, ArrayRef, AsArray, BinaryBuilder, RecordBatch};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{Float64Type, Int64Type, UInt8Type, UInt16Type, UInt64Type};
 
@@ -49,7 +49,76 @@ struct Attr<'a> {
     name: &'a str,
     present: Option<NullBuffer>,
     ts: &'a arrow::array::Int64Array,
-    st: &'a StructArray,
+    /// The value children, resolved once per batch.
+    values: Vec<Child<'a>>,
+}
+
+/// One value child of an attribute column, typed.
+enum Child<'a> {
+    Int(&'a arrow::array::Int64Array),
+    Double(&'a arrow::array::Float64Array),
+    Str(&'a arrow::array::StringArray),
+    StrView(&'a arrow::array::StringViewArray),
+    Bin(&'a arrow::array::BinaryArray),
+    Bool(&'a arrow::array::BooleanArray),
+}
+
+impl<'a> Child<'a> {
+    fn of(name: &str, bit: u8, c: &'a ArrayRef) -> Result<Self> {
+        let wrong = || Error::corruption(format!("column {name} has a value child of another type"));
+        Ok(match bit {
+            1 => Child::Int(c.as_primitive_opt::<Int64Type>().ok_or_else(wrong)?),
+            2 => Child::Double(c.as_primitive_opt::<Float64Type>().ok_or_else(wrong)?),
+            4 => match c.as_string_opt::<i32>() {
+                Some(s) => Child::Str(s),
+                None => Child::StrView(c.as_string_view_opt().ok_or_else(wrong)?),
+            },
+            8 => Child::Bin(c.as_binary_opt::<i32>().ok_or_else(wrong)?),
+            _ => Child::Bool(c.as_boolean_opt().ok_or_else(wrong)?),
+        })
+    }
+
+    /// Writes row `i`'s value in the WAL's encoding; false when it is null.
+    fn put(&self, out: &mut Vec<u8>, i: usize) -> bool {
+        let valid = match self {
+            Child::Int(a) => a.is_valid(i),
+            Child::Double(a) => a.is_valid(i),
+            Child::Str(a) => a.is_valid(i),
+            Child::StrView(a) => a.is_valid(i),
+            Child::Bin(a) => a.is_valid(i),
+            Child::Bool(a) => a.is_valid(i),
+        };
+        if !valid {
+            return false;
+        }
+        match self {
+            Child::Int(a) => {
+                out.push(0);
+                codec::put_i64(out, a.value(i));
+            }
+            Child::Double(a) => {
+                out.push(1);
+                out.extend_from_slice(&a.value(i).to_le_bytes());
+            }
+            Child::Str(a) => {
+                out.push(2);
+                codec::put_bytes(out, a.value(i).as_bytes());
+            }
+            Child::StrView(a) => {
+                out.push(2);
+                codec::put_bytes(out, a.value(i).as_bytes());
+            }
+            Child::Bin(a) => {
+                out.push(4);
+                codec::put_bytes(out, a.value(i));
+            }
+            Child::Bool(a) => {
+                out.push(3);
+                out.push(a.value(i) as u8);
+            }
+        }
+        true
+    }
 }
 
 /// The `__cells` column of a batch in the wide layout holding whole keys
@@ -73,16 +142,23 @@ pub(crate) fn encode_cells(batch: &RecordBatch) -> Result<ArrayRef> {
             .column_by_name(format::TS)
             .and_then(|a| a.as_primitive_opt::<Int64Type>())
             .ok_or_else(|| Error::corruption(format!("column {} has no ts child", field.name())))?;
+        let mut values = Vec::new();
+        for (bit, child, _) in format::VALUE_CHILDREN.iter() {
+            if let Some(c) = st.column_by_name(child) {
+                values.push(Child::of(field.name(), *bit, c)?);
+            }
+        }
         attrs.push(Attr {
             name: field.name(),
             present: format::cell_present(st),
             ts,
-            st,
+            values,
         });
     }
     let n = batch.num_rows();
     let mut out = BinaryBuilder::with_capacity(n, n * 32);
     let mut buf = Vec::with_capacity(256);
+    let mut body = Vec::with_capacity(256);
     let mut r = 0;
     while r < n {
         if rank.value(r) != 0 {
@@ -112,7 +188,7 @@ pub(crate) fn encode_cells(batch: &RecordBatch) -> Result<ArrayRef> {
         let count_at = buf.len();
         let mut columns = 0u64;
         let mut prev = 0i64;
-        let mut body = Vec::new();
+        body.clear();
         for (index, a) in attrs.iter().enumerate() {
             let here = |i: usize| a.present.as_ref().is_none_or(|p| p.is_valid(i));
             let m = (r..end).filter(|&i| here(i)).count();
@@ -126,7 +202,12 @@ pub(crate) fn encode_cells(batch: &RecordBatch) -> Result<ArrayRef> {
                 let ts = a.ts.value(i);
                 codec::put_i64(&mut body, ts.wrapping_sub(prev));
                 prev = ts;
-                put_cell_value(&mut body, a, i)?;
+                if !a.values.iter().any(|c| c.put(&mut body, i)) {
+                    return Err(Error::corruption(format!(
+                        "column {} has a version without a value",
+                        a.name
+                    )));
+                }
             }
         }
         codec::put_varint(&mut buf, columns);
@@ -139,49 +220,6 @@ pub(crate) fn encode_cells(batch: &RecordBatch) -> Result<ArrayRef> {
         r = end;
     }
     Ok(Arc::new(out.finish()))
-}
-
-/// The value of attribute `a` in row `i` (the one child that is set), in
-/// the WAL's value encoding.
-fn put_cell_value(out: &mut Vec<u8>, a: &Attr<'_>, i: usize) -> Result<()> {
-    for (bit, child, _) in format::VALUE_CHILDREN.iter() {
-        let Some(c) = a.st.column_by_name(child) else { continue };
-        if !c.is_valid(i) {
-            continue;
-        }
-        match bit {
-            1 => {
-                out.push(0);
-                codec::put_i64(out, c.as_primitive::<Int64Type>().value(i));
-            }
-            2 => {
-                out.push(1);
-                out.extend_from_slice(&c.as_primitive::<Float64Type>().value(i).to_le_bytes());
-            }
-            4 => {
-                out.push(2);
-                let s = c
-                    .as_string_opt::<i32>()
-                    .map(|s| s.value(i))
-                    .or_else(|| c.as_string_view_opt().map(|s| s.value(i)))
-                    .ok_or_else(|| Error::corruption(format!("column {}.s is not a string", a.name)))?;
-                codec::put_bytes(out, s.as_bytes());
-            }
-            8 => {
-                out.push(4);
-                codec::put_bytes(out, c.as_binary::<i32>().value(i));
-            }
-            _ => {
-                out.push(3);
-                out.push(c.as_boolean().value(i) as u8);
-            }
-        }
-        return Ok(());
-    }
-    Err(Error::corruption(format!(
-        "column {} has a version without a value",
-        a.name
-    )))
 }
 
 /// The attribute columns of a segment file in schema order: what a
