@@ -82,11 +82,7 @@ fn absent_column(fields: &Fields, n: usize) -> ArrayRef {
 /// `__max_ts` of rows from a segment without it: on rank 0, the newest of
 /// the row marker and every cell's version; null when there is none.
 fn derive_max_ts(batch: &RecordBatch, npk: usize) -> Result<ArrayRef> {
-    let col = |name: &str| {
-        batch
-            .column_by_name(name)
-            .ok_or_else(|| Error::corruption(format!("missing column {name}")))
-    };
+    let col = |name: &str| format::column(batch, name);
     let rank = col(format::RANK)?.as_primitive::<UInt16Type>();
     let row_ts = col(format::ROW_TS)?.as_primitive::<Int64Type>();
     let attrs: Vec<(&StructArray, Option<NullBuffer>)> = batch.columns()[npk + 6..]

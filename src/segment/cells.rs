@@ -125,11 +125,7 @@ impl<'a> Child<'a> {
 /// (every rank of each key): the state of each key on its rank-0 row, null
 /// on the others.
 pub(crate) fn encode_cells(batch: &RecordBatch) -> Result<ArrayRef> {
-    let col = |name: &str| {
-        batch
-            .column_by_name(name)
-            .ok_or_else(|| Error::corruption(format!("missing column {name}")))
-    };
+    let col = |name: &str| format::column(batch, name);
     let seq = col(format::SEQ)?.as_primitive::<UInt64Type>();
     let rank = col(format::RANK)?.as_primitive::<UInt16Type>();
     let row = col(format::ROW)?.as_primitive::<UInt8Type>();

@@ -106,6 +106,17 @@ pub(crate) fn arrow_schema(table: &TableSchema, columns: &[(String, TypeSet)]) -
     Arc::new(Schema::new(fields))
 }
 
+/// Column `name` of a batch in the layout, or a corruption error naming it.
+pub(crate) fn column<'a>(
+    batch: &'a arrow::array::RecordBatch,
+    name: &str,
+) -> crate::error::Result<&'a dyn arrow::array::Array> {
+    batch
+        .column_by_name(name)
+        .map(|a| a.as_ref())
+        .ok_or_else(|| crate::error::Error::corruption(format!("missing column {name}")))
+}
+
 /// The schema of a segment file: the layout's columns (`layout`, an
 /// [`arrow_schema`]) and `__cells` after them. Batches in memory (encoders,
 /// merges, overlays) have the layout alone; the writer adds `__cells`.

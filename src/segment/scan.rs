@@ -454,8 +454,8 @@ fn decode_cells_batch(
     columns: Option<&[String]>,
     out: &mut Vec<(Vec<u8>, RowState)>,
 ) -> Result<()> {
-    let pk = column(batch, format::PK)?.as_binary::<i32>();
-    let cells = column(batch, format::CELLS)?.as_binary::<i32>();
+    let pk = format::column(batch, format::PK)?.as_binary::<i32>();
+    let cells = format::column(batch, format::CELLS)?.as_binary::<i32>();
     for r in 0..batch.num_rows() {
         if cells.is_valid(r) && range.contains(pk.value(r)) {
             out.push((
@@ -536,22 +536,15 @@ impl AttrColumn<'_> {
     }
 }
 
-fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
-    batch
-        .column_by_name(name)
-        .map(|a| a.as_ref())
-        .ok_or_else(|| Error::corruption(format!("missing column {name}")))
-}
-
 /// Appends the key states of `batch` that fall in `range` to `out`. A key's
 /// ranks are consecutive rows; a key may continue from the previous batch.
 pub(crate) fn decode_batch(batch: &RecordBatch, range: &KeyRange, out: &mut Vec<(Vec<u8>, RowState)>) -> Result<()> {
-    let pk = column(batch, format::PK)?.as_binary::<i32>();
-    let seq = column(batch, format::SEQ)?.as_primitive::<UInt64Type>();
-    let rank: &UInt16Array = column(batch, format::RANK)?.as_primitive::<UInt16Type>();
-    let row: &UInt8Array = column(batch, format::ROW)?.as_primitive::<UInt8Type>();
-    let row_ts = column(batch, format::ROW_TS)?.as_primitive::<Int64Type>();
-    let tomb = column(batch, format::TOMB)?.as_binary::<i32>();
+    let pk = format::column(batch, format::PK)?.as_binary::<i32>();
+    let seq = format::column(batch, format::SEQ)?.as_primitive::<UInt64Type>();
+    let rank: &UInt16Array = format::column(batch, format::RANK)?.as_primitive::<UInt16Type>();
+    let row: &UInt8Array = format::column(batch, format::ROW)?.as_primitive::<UInt8Type>();
+    let row_ts = format::column(batch, format::ROW_TS)?.as_primitive::<Int64Type>();
+    let tomb = format::column(batch, format::TOMB)?.as_binary::<i32>();
     let seq: &UInt64Array = seq;
     let mut attrs = Vec::new();
     for (field, arr) in batch.schema().fields().iter().zip(batch.columns()) {
