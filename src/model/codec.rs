@@ -174,6 +174,29 @@ impl<'a> Decoder<'a> {
         })
     }
 
+    /// Steps over one value without building it.
+    pub fn skip_value(&mut self) -> Result<()> {
+        match self.u8()? {
+            0 => {
+                self.varint()?;
+            }
+            1 => {
+                if self.buf.len() < 8 {
+                    return Err(self.bad("truncated double"));
+                }
+                self.buf = &self.buf[8..];
+            }
+            2 | 4 => {
+                self.bytes()?;
+            }
+            3 => {
+                self.u8()?;
+            }
+            t => return Err(self.bad(&format!("unknown value tag {t}"))),
+        }
+        Ok(())
+    }
+
     pub fn mutation(&mut self) -> Result<Mutation> {
         Ok(match self.u8()? {
             0 => {
@@ -264,6 +287,34 @@ mod tests {
             let mut r = Decoder::new(&buf[..cut], "test");
             let ok = (0..3).all(|_| r.mutation().is_ok());
             assert!(!ok, "cut at {cut}");
+        }
+    }
+
+    /// Skipping a value moves past exactly the bytes reading it takes.
+    #[test]
+    fn skip_value_steps_over_what_value_reads() {
+        let values = [
+            Value::Integer(i64::MIN),
+            Value::Double(f64::NAN),
+            Value::String("héllo".into()),
+            Value::Boolean(true),
+            Value::Binary(vec![0; 300]),
+        ];
+        let mut buf = Vec::new();
+        for v in &values {
+            put_value(&mut buf, v);
+        }
+        buf.push(0xAA);
+        let (mut read, mut skip) = (Decoder::new(&buf, "t"), Decoder::new(&buf, "t"));
+        for _ in &values {
+            read.value().unwrap();
+            skip.skip_value().unwrap();
+            assert_eq!(read.buf.len(), skip.buf.len());
+        }
+        assert_eq!(skip.u8().unwrap(), 0xAA);
+        for cut in 0..buf.len() - 1 {
+            let mut r = Decoder::new(&buf[..cut], "t");
+            assert!((0..values.len()).any(|_| r.skip_value().is_err()), "cut at {cut}");
         }
     }
 }

@@ -270,9 +270,10 @@ pub(crate) fn decode_cells(bytes: &[u8], names: &[String], columns: Option<&[Str
         let mut versions = Vec::with_capacity(if keep { m } else { 0 });
         for _ in 0..m {
             prev = prev.wrapping_add(d.i64()?);
-            let v = d.value()?;
             if keep {
-                versions.push((prev, v));
+                versions.push((prev, d.value()?));
+            } else {
+                d.skip_value()?;
             }
         }
         if keep {
