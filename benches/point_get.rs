@@ -91,8 +91,14 @@ fn main() {
             );
         }
         // Short range scans: 10 rows from a random card's first order.
-        let mut lat = Vec::with_capacity(5_000);
-        for _ in 0..5_000 {
+        // CELLAR_BENCH_RANGES: range scans (default 5,000; more to attach a
+        // profiler).
+        let ranges = std::env::var("CELLAR_BENCH_RANGES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5_000);
+        let mut lat = Vec::with_capacity(ranges);
+        for _ in 0..ranges {
             let card = rng.random_range(0..100_000i64);
             let req = GetRange::new().start(PkBound::new().with("card_id", card)).limit(10);
             let s = Instant::now();

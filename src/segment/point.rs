@@ -237,20 +237,23 @@ impl RowGroupFile<'_> {
     }
 
     /// Calls `f(key, cells)` for every row of `rows` that starts a key (the
-    /// other rows of a key have no `__cells`), in key order.
+    /// other rows of a key have no `__cells`), in key order, until it
+    /// breaks.
     pub fn each_cells(
         &self,
         pk_leaf: usize,
         cells_leaf: usize,
         rows: Range<usize>,
-        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<std::ops::ControlFlow<()>>,
     ) -> Result<()> {
         let keys = self.read::<ByteArrayType>(pk_leaf, rows.clone())?;
         let cells = self.read::<ByteArrayType>(cells_leaf, rows)?;
         for (k, c) in keys.iter().zip(&cells) {
             if let Some(c) = c {
                 let k = k.as_ref().ok_or_else(|| self.err("__pk is null"))?;
-                f(k.data(), c.data())?;
+                if f(k.data(), c.data())?.is_break() {
+                    break;
+                }
             }
         }
         Ok(())

@@ -352,8 +352,13 @@ impl SegmentCursor {
             }
             self.window = self.window.saturating_mul(2).min(1 << 16);
             let mut states: Vec<_> = self.carry.take().into_iter().collect();
-            self.read_rows(&meta, rg, window, &mut states).await?;
-            if !self.backward && !last_of_group {
+            let read = self.read_rows(&meta, rg, window, &mut states).await?;
+            if read.past_end && !self.backward {
+                // Keys ascend: nothing later is in the range.
+                if let Some(p) = self.pending.as_mut() {
+                    p.clear();
+                }
+            } else if !self.backward && !last_of_group && !read.whole_keys {
                 // The last key may go on in the next window.
                 self.carry = states.pop();
             }
@@ -373,7 +378,7 @@ impl SegmentCursor {
         rg: usize,
         rows: Range<usize>,
         out: &mut Vec<(Vec<u8>, RowState)>,
-    ) -> Result<()> {
+    ) -> Result<WindowRead> {
         let md = meta.metadata();
         // A mapped file with `__cells`: two leaves through Parquet's column
         // readers, no Arrow decoding of every attribute.
@@ -388,14 +393,24 @@ impl SegmentCursor {
             if let Some(cells) = group.cells_leaf() {
                 let columns = self.columns.as_deref();
                 let names = self.seg.attribute_names(md);
-                return group.each_cells(0, cells, rows, |key, c| {
+                let mut past_end = false;
+                group.each_cells(0, cells, rows, |key, c| {
+                    if self.range.hi.as_deref().is_some_and(|hi| key >= hi) {
+                        past_end = true;
+                        return Ok(std::ops::ControlFlow::Break(()));
+                    }
                     if self.range.contains(key) {
                         let st = super::cells::decode_cells(c, &names, columns).map_err(|e| {
                             Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message()))
                         })?;
                         out.push((key.to_vec(), st));
                     }
-                    Ok(())
+                    Ok(std::ops::ControlFlow::Continue(()))
+                })?;
+                // Each key's `__cells` is its whole state.
+                return Ok(WindowRead {
+                    whole_keys: true,
+                    past_end,
                 });
             }
         }
@@ -441,8 +456,21 @@ impl SegmentCursor {
             };
             decoded.map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
         }
-        Ok(())
+        Ok(WindowRead {
+            // The remote path's states are whole when read from `__cells`.
+            whole_keys: cells.is_some(),
+            past_end: false,
+        })
     }
+}
+
+/// What reading one window of rows found.
+struct WindowRead {
+    /// Every state read is its key's whole state (read from `__cells`), so
+    /// none goes on in the next window.
+    whole_keys: bool,
+    /// A key at or past the range's end was met: a forward scan is done.
+    past_end: bool,
 }
 
 /// Appends the key states of a batch of `__pk` and `__cells` that fall in
