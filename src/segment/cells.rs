@@ -181,7 +181,6 @@ pub(crate) fn encode_cells(batch: &RecordBatch) -> Result<ArrayRef> {
         if tomb.is_valid(r) {
             codec::put_bytes(&mut buf, tomb.value(r));
         }
-        let count_at = buf.len();
         let mut columns = 0u64;
         let mut prev = 0i64;
         body.clear();
@@ -207,7 +206,6 @@ pub(crate) fn encode_cells(batch: &RecordBatch) -> Result<ArrayRef> {
             }
         }
         codec::put_varint(&mut buf, columns);
-        debug_assert!(buf.len() > count_at);
         buf.extend_from_slice(&body);
         out.append_value(&buf);
         for _ in r + 1..end {
