@@ -69,7 +69,7 @@ impl Segment {
         // not below this one.
         let n = md.num_row_groups();
         let first = partition(n, |rg| bounds(rg).is_some_and(|(_, max)| max < key));
-        let file = Arc::new(Bytes::from_owner(MappedRange(file.clone(), 0..file.len())));
+        let file = mapped_bytes(&file);
         for rg in first..n {
             match bounds(rg) {
                 Some((min, _)) if min > key => break,
@@ -79,13 +79,7 @@ impl Segment {
             if blooms.get(rg).and_then(|b| b.as_ref()).is_some_and(|b| !b.check(key)) {
                 continue;
             }
-            let group = RowGroupFile {
-                file: file.clone(),
-                checks: self.checks.get().map(|c| &**c),
-                md,
-                rg,
-                path: &self.meta.path,
-            };
+            let group = self.row_group_file(&file, md, rg);
             // `__pk` is the first column, so leaf 0.
             if let Some(rows) = group.key_rows(0, selected_rows(md, rg, &range), key)? {
                 return match group.cells_leaf() {
@@ -100,7 +94,24 @@ impl Segment {
     }
 }
 
+/// The whole mapped file as `Bytes`, without a copy.
+fn mapped_bytes(file: &Arc<memmap2::Mmap>) -> Arc<Bytes> {
+    Arc::new(Bytes::from_owner(MappedRange(file.clone(), 0..file.len())))
+}
+
 impl Segment {
+    /// Row group `rg` of this segment's mapped `file` (see
+    /// [`mapped_bytes`]), for Parquet's column readers.
+    fn row_group_file<'a>(&'a self, file: &Arc<Bytes>, md: &'a ParquetMetaData, rg: usize) -> RowGroupFile<'a> {
+        RowGroupFile {
+            file: file.clone(),
+            checks: self.checks.get().map(|c| &**c),
+            md,
+            rg,
+            path: &self.meta.path,
+        }
+    }
+
     /// The rows of row group `rg` (whose key bounds hold `key`) that can
     /// hold `key`, found from the `__pk` page index without reading a
     /// page: the rows of the page where the first row at or past `key` is.
@@ -383,13 +394,7 @@ impl SegmentCursor {
         // A mapped file with `__cells`: two leaves through Parquet's column
         // readers, no Arrow decoding of every attribute.
         if let Some(file) = self.seg.local_file()? {
-            let group = RowGroupFile {
-                file: Arc::new(Bytes::from_owner(MappedRange(file.clone(), 0..file.len()))),
-                checks: self.seg.checks.get().map(|c| &**c),
-                md,
-                rg,
-                path: &self.seg.meta.path,
-            };
+            let group = self.seg.row_group_file(&mapped_bytes(&file), md, rg);
             if let Some(cells) = group.cells_leaf() {
                 let columns = self.columns.as_deref();
                 let names = self.seg.attribute_names(md);
