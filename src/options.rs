@@ -70,13 +70,12 @@ pub struct DbOptions {
     /// How often tables with a TTL are checked for segments whose data has
     /// all expired (then compacted away). Defaults to 60 s.
     pub compaction_check_interval: std::time::Duration,
-    /// Once writes to a table that SQL scans read whole (in the last 10
-    /// minutes) pause for this long, the memtable overlays such scans use
-    /// (each memtable key placed among a segment's rows, see
-    /// `docs/decisions.md`, "Memtable overlays")
-    /// are brought up to date in the background, so the next query does
-    /// not pay for them. `None`: scans build them when they need them.
-    /// Defaults to 100 ms.
+    /// While a table that SQL scans read whole (in the last 10 minutes) is
+    /// written, the memtable overlays such scans use (each memtable key
+    /// placed among a segment's rows, see `docs/decisions.md`, "Memtable
+    /// overlays") are brought up to the newest write this often in the
+    /// background, so a query extends them by this long's writes at most.
+    /// `None`: scans build them when they need them. Defaults to 100 ms.
     pub background_overlays: Option<std::time::Duration>,
     /// The time source. Defaults to the system clock.
     pub clock: Arc<dyn Clock>,

@@ -210,12 +210,14 @@ impl Shared {
     }
 
     /// One tick of the background overlay builder (see
-    /// `DbOptions::background_overlays`): a table whose active memtable
-    /// has not changed since the last tick gets the overlays of that
-    /// memtable state built, once, if a SQL scan read it whole lately.
-    /// `seen` holds per table id the memtable's newest sequence at the last
-    /// tick and whether it was warmed at it.
-    pub(super) fn warm_overlays(&self, seen: &mut std::collections::HashMap<u64, (u64, bool)>) {
+    /// `DbOptions::background_overlays`): a table a SQL scan read whole
+    /// lately gets the overlays of its active memtable brought up to the
+    /// newest visible write, while writes go on, so that a scan extends
+    /// them by one tick's writes at most. One build per table at a time;
+    /// none while a flush is under way (scans then merge the memtables).
+    /// `seen` holds per table id the sequence its last build was started
+    /// at and whether that build is still running.
+    pub(super) fn warm_overlays(&self, seen: &mut std::collections::HashMap<u64, (u64, Arc<AtomicBool>)>) {
         /// Tables no scan has read whole for this long are left alone.
         const SCANNED_WITHIN_MS: u64 = 10 * 60 * 1000;
         let now = crate::state::monotonic_ms();
@@ -231,23 +233,32 @@ impl Shared {
             let (mem, segments) = {
                 let st = table.state.read();
                 if !st.immutables.is_empty() {
-                    // A flush is under way: scans merge the memtables.
                     continue;
                 }
                 (st.active.clone(), st.segments.clone())
             };
-            let at = mem.max_seq();
-            if at == 0 || at > visible || segments.is_empty() {
+            // Every write up to `visible` is in the memtable; later ones
+            // may not all be yet.
+            let at = mem.max_seq().min(visible);
+            if at == 0 || segments.is_empty() {
                 continue;
             }
-            let entry = seen.entry(table.id).or_insert((0, false));
-            if entry.0 != at {
-                *entry = (at, false);
+            let (warmed, running) = seen
+                .entry(table.id)
+                .or_insert_with(|| (0, Arc::new(AtomicBool::new(false))));
+            if *warmed == at || running.load(Ordering::Acquire) {
                 continue;
             }
-            if !entry.1 {
-                entry.1 = true;
-                self.spawn_background(move |_| crate::read::warm_overlays(table, mem, segments, at));
+            *warmed = at;
+            running.store(true, Ordering::Release);
+            let running = running.clone();
+            let spawned = self.spawn_background(move |_| async move {
+                crate::read::warm_overlays(table, mem, segments, at).await;
+                running.store(false, Ordering::Release);
+            });
+            if !spawned {
+                // Closing: no task will clear it, and none is wanted.
+                break;
             }
         }
     }

@@ -65,6 +65,10 @@ pub struct TableStats {
     /// Overlays SQL scans brought up to date after writes by placing and
     /// folding only the keys written since, instead of building them anew.
     pub scan_overlay_extensions: u64,
+    /// Memtable keys whose UpdateRows overlays laid over their segment
+    /// rows column by column, instead of reading those rows to merge them
+    /// (see `docs/decisions.md`, "Memtable overlays").
+    pub scan_overlay_laid_over: u64,
     /// The last flush's error, if it failed (it is retried).
     pub last_flush_error: Option<String>,
     /// The last compaction's error, if it failed (it is retried).
@@ -288,6 +292,7 @@ impl Table {
             write_stall_micros: self.db.shared().stall_micros.load(Relaxed),
             scan_overlay_builds: self.inner.stats.overlay_builds.load(Relaxed),
             scan_overlay_extensions: self.inner.stats.overlay_extensions.load(Relaxed),
+            scan_overlay_laid_over: self.inner.stats.overlay_laid_over.load(Relaxed),
             last_flush_error: self.inner.last_flush_error.lock().clone(),
             last_compaction_error: self.inner.last_compaction_error.lock().clone(),
         }

@@ -17,11 +17,13 @@
 //! A scan that finds a valid overlay reads no key column and folds no
 //! memtable write: it clears the replaced rows in its visibility mask and
 //! splices the overlay's rows in by position. The overlay belongs to the
-//! memtable (dropped with it) and is valid while the memtable's newest
-//! sequence is the one it was built at. After writes, the next scan that
-//! wants one extends it: only the keys written since are placed (reading
-//! only the row groups that could hold them) and folded, the others keep
-//! their position and row.
+//! memtable (dropped with it) and holds its writes up to the sequence it
+//! was built at: a scan uses it when that is the newest memtable write its
+//! snapshot sees. A scan with a newer snapshot extends it to its snapshot
+//! (writes after the snapshot, from writers running beside the scan, stay
+//! out): only the keys written since are placed (reading only the row
+//! groups that could hold them) and folded, the others keep their position
+//! and row. A scan older than the overlay merges the memtable itself.
 
 use std::sync::Arc;
 
@@ -51,21 +53,27 @@ pub(crate) struct Overlay {
     pub built_at: u64,
     /// The attribute columns of `rows`: the segment's and the memtable's.
     columns: Vec<(String, TypeSet)>,
-    /// The keys, ascending.
-    pub keys: Vec<Vec<u8>>,
+    /// The keys, ascending (shared with the overlays extended from this
+    /// one).
+    pub keys: Vec<Arc<[u8]>>,
     /// Per key: the segment row it replaces (`found`), else the segment row
     /// it goes before (the segment's row count: after the last row).
     pub pos: Vec<u64>,
     pub found: Vec<bool>,
+    /// Per key: its row holds only the columns its UpdateRows wrote, to be
+    /// laid over the segment row it was found at, column by column (see
+    /// [`lays_over`]); otherwise the row is the key's whole state.
+    pub partial: Vec<bool>,
     /// Per key, its merged state's newest values in the segment layout
     /// (typed key columns, `__max_ts`, one struct per attribute column),
-    /// strings as views.
+    /// strings as views; for a partial key, its own writes' newest values.
     pub rows: RecordBatch,
 }
 
 impl Overlay {
-    /// Builds the overlay of `mem`'s writes up to sequence `at` (which must
-    /// be the memtable's newest) over `seg`.
+    /// Builds the overlay of `mem`'s writes up to sequence `at` over `seg`
+    /// (writes after `at` are left out: a scan builds it at its snapshot
+    /// while writers go on).
     ///
     /// With `base`, an overlay of the same memtable and segment built at an
     /// earlier sequence, only the keys written since then are placed and
@@ -99,7 +107,7 @@ impl Overlay {
         let keys = mem.keys_changed(&range, after, at);
         let in_base: Vec<Option<usize>> = keys
             .iter()
-            .map(|k| base.and_then(|b| b.keys.binary_search(k).ok()))
+            .map(|k| base.and_then(|b| b.keys.binary_search_by(|x| (**x).cmp(k.as_slice())).ok()))
             .collect();
         let fresh: Vec<Vec<u8>> = keys
             .iter()
@@ -111,6 +119,7 @@ impl Overlay {
             return Ok(None);
         };
         let (mut pos, mut found) = (Vec::with_capacity(keys.len()), Vec::with_capacity(keys.len()));
+        let mut partial = vec![false; keys.len()];
         let mut f = 0;
         for i in &in_base {
             match (i, base) {
@@ -127,6 +136,13 @@ impl Overlay {
         }
         let schema = format::arrow_schema(&table.schema, &columns);
         let mut enc = RowEncoder::new(&table.schema, &columns);
+        // What the segment's row groups can hold of each column, for
+        // updates laid over their rows.
+        let md = seg.reader_metadata().await?.metadata().clone();
+        let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
+        let bounds = Segment::newest_versions(&md, &names);
+        let starts = group_starts(&md);
+        let group_of = |row: u64| starts.partition_point(|s| *s <= row).saturating_sub(1);
         let mut batches = Vec::new();
         let mut resume: Option<Vec<u8>> = None;
         let mut i = 0;
@@ -149,8 +165,12 @@ impl Overlay {
                 if !put {
                     let mut st = writes.to_state();
                     if !st.replace && found[i] {
-                        merge = Some(st);
-                        return Ok(false);
+                        let group = bounds.get(group_of(pos[i])).map(Vec::as_slice);
+                        if !group.is_some_and(|b| lays_over(&st, &names, b)) {
+                            merge = Some(st);
+                            return Ok(false);
+                        }
+                        partial[i] = true;
                     }
                     newest_only(&mut st);
                     enc.push_state(key, &st)?;
@@ -180,6 +200,11 @@ impl Overlay {
         if i != keys.len() {
             return Err(changed());
         }
+        let laid_over = partial.iter().filter(|p| **p).count() as u64;
+        table
+            .stats
+            .overlay_laid_over
+            .fetch_add(laid_over, std::sync::atomic::Ordering::Relaxed);
         // The last pass always leaves a batch, possibly empty.
         let rows = match batches.as_slice() {
             [one] => one.clone(),
@@ -189,9 +214,10 @@ impl Overlay {
             let ov = Overlay {
                 built_at: at,
                 columns,
-                keys,
+                keys: keys.into_iter().map(Arc::from).collect(),
                 pos,
                 found,
+                partial,
                 rows,
             };
             return Ok(Some((ov, false)));
@@ -205,13 +231,19 @@ impl Overlay {
             keys: Vec::with_capacity(n),
             pos: Vec::with_capacity(n),
             found: Vec::with_capacity(n),
+            partial: Vec::with_capacity(n),
             rows: RecordBatch::new_empty(rows.schema()),
         };
-        let mut take = Vec::with_capacity(n);
+        // Runs of consecutive rows from either: (0 = base / 1 = new, start, end).
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        let mut push = |src: usize, i: usize| match runs.last_mut() {
+            Some((s, _, e)) if *s == src && *e == i => *e += 1,
+            _ => runs.push((src, i, i + 1)),
+        };
         let (mut b, mut c) = (0, 0);
         while b < base.keys.len() || c < keys.len() {
             let from_new = match (base.keys.get(b), keys.get(c)) {
-                (Some(old), Some(new)) => match old.cmp(new) {
+                (Some(old), Some(new)) => match (**old).cmp(new.as_slice()) {
                     std::cmp::Ordering::Less => false,
                     std::cmp::Ordering::Equal => {
                         b += 1;
@@ -222,31 +254,65 @@ impl Overlay {
                 (Some(_), None) => false,
                 (None, _) => true,
             };
-            let (src, j) = if from_new {
-                (&keys, &mut c)
+            if from_new {
+                push(1, c);
+                c += 1;
             } else {
-                (&base.keys, &mut b)
-            };
-            let (p, fd) = if from_new {
-                (pos[*j], found[*j])
-            } else {
-                (base.pos[*j], base.found[*j])
-            };
-            merged.keys.push(src[*j].clone());
-            merged.pos.push(p);
-            merged.found.push(fd);
-            take.push((usize::from(from_new), *j));
-            *j += 1;
+                push(0, b);
+                b += 1;
+            }
         }
-        merged.rows = arrow::compute::interleave_record_batch(&[&base.rows, &rows], &take)?;
+        let mut keys: Vec<Option<Vec<u8>>> = keys.into_iter().map(Some).collect();
+        for &(src, s, e) in &runs {
+            if src == 0 {
+                merged.keys.extend_from_slice(&base.keys[s..e]);
+                merged.pos.extend_from_slice(&base.pos[s..e]);
+                merged.found.extend_from_slice(&base.found[s..e]);
+                merged.partial.extend_from_slice(&base.partial[s..e]);
+            } else {
+                merged
+                    .keys
+                    .extend(keys[s..e].iter_mut().filter_map(|k| k.take().map(Arc::from)));
+                merged.pos.extend_from_slice(&pos[s..e]);
+                merged.found.extend_from_slice(&found[s..e]);
+                merged.partial.extend_from_slice(&partial[s..e]);
+            }
+        }
+        // Copied run by run: few runs when few keys were written since.
+        let mut columns = Vec::with_capacity(rows.num_columns());
+        for (old, new) in base.rows.columns().iter().zip(rows.columns()) {
+            let (old, new) = (old.to_data(), new.to_data());
+            let mut m = arrow::array::MutableArrayData::new(vec![&old, &new], false, n);
+            for &(src, s, e) in &runs {
+                m.try_extend(src, s, e)?;
+            }
+            columns.push(arrow::array::make_array(m.freeze()));
+        }
+        merged.rows = RecordBatch::try_new(rows.schema(), columns)?;
         Ok(Some((merged, true)))
+    }
+
+    /// The row groups (ascending) holding the segment rows of the partial
+    /// keys in `range`.
+    pub fn partial_groups(&self, md: &parquet::file::metadata::ParquetMetaData, range: &KeyRange) -> Vec<usize> {
+        let starts = group_starts(md);
+        let mut out: Vec<usize> = Vec::new();
+        for j in self.key_span(range) {
+            if self.partial[j] {
+                let g = starts.partition_point(|s| *s <= self.pos[j]).saturating_sub(1);
+                if out.last() != Some(&g) {
+                    out.push(g);
+                }
+            }
+        }
+        out
     }
 
     /// The index range of the keys in `range`.
     pub fn key_span(&self, range: &KeyRange) -> std::ops::Range<usize> {
-        let lo = self.keys.partition_point(|k| k.as_slice() < range.lo.as_slice());
+        let lo = self.keys.partition_point(|k| **k < *range.lo.as_slice());
         let hi = match &range.hi {
-            Some(h) => self.keys.partition_point(|k| k.as_slice() < h.as_slice()),
+            Some(h) => self.keys.partition_point(|k| **k < *h.as_slice()),
             None => self.keys.len(),
         };
         lo..hi.max(lo)
@@ -301,26 +367,24 @@ pub(crate) async fn build_in_slot(
     })?
 }
 
-/// Brings the overlays of `mem` (written up to `at`) over every segment it
-/// has keys in up to date, the segments in parallel, so that the next
-/// scan finds them built. Run in the background once writes to a table
-/// that SQL scans settle. A slot a scan is building is left to it, and a
-/// failure is left for the scan that needs the overlay to meet and report.
-/// Only segments whose key span no other segment overlaps get one: scans
-/// merge overlapping segments row by row, with no overlay.
+/// Brings the overlays of `mem` over every segment it has keys in up to
+/// sequence `at` (every write up to it applied), the segments in
+/// parallel, so that the next scan finds them built or nearly. Run in the
+/// background while a table that SQL scans is written. A slot a scan is
+/// building is left to it, and a failure is left for the scan that needs
+/// the overlay to meet and report. Only segments whose key span no other
+/// segment overlaps get one: scans merge overlapping segments row by row,
+/// with no overlay.
 pub(crate) async fn warm(table: Arc<TableInner>, mem: Arc<Memtable>, segments: Arc<Vec<Arc<Segment>>>, at: u64) {
     let mut builds = Vec::new();
     for seg in alone(&segments) {
-        if mem.max_seq() != at {
-            return; // written meanwhile: the next quiet moment comes back
-        }
         if !mem.has_key_between(&seg.min_key, &seg.max_key) {
             continue;
         }
         let Ok(held) = mem.attachment::<OverlaySlot>(&seg.meta.path).try_lock_owned() else {
             continue;
         };
-        if held.as_ref().is_some_and(|ov| ov.built_at == at) {
+        if held.as_ref().is_some_and(|ov| ov.built_at >= at) {
             continue;
         }
         builds.push(build_in_slot(&table, &mem, seg, at, held));
@@ -375,6 +439,45 @@ fn scan_rows(all: &RecordBatch) -> Result<RecordBatch> {
         fields.push(Field::new(name, t, f.is_nullable()));
     }
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+}
+
+/// The first segment row of each row group.
+fn group_starts(md: &parquet::file::metadata::ParquetMetaData) -> Vec<u64> {
+    (0..md.num_row_groups())
+        .scan(0u64, |acc, rg| {
+            let start = *acc;
+            *acc += md.row_group(rg).num_rows() as u64;
+            Some(start)
+        })
+        .collect()
+}
+
+/// Whether an UpdateRow state `st` can be laid over its segment row column
+/// by column without reading that row: every column it writes gets a
+/// newest version at or above any version of the column in the row's
+/// group (`bounds`, per column of `names`, from
+/// [`Segment::newest_versions`]), so it is that column's newest (a newer
+/// write at an equal version replaces the value), and it deletes no
+/// version (a deleted newest version would bring an older one of the
+/// segment row back, and a column deleted whole could leave the row with
+/// none). The other columns are the segment row's, and the row exists
+/// when either has a live cell.
+fn lays_over(st: &RowState, names: &[&str], bounds: &[Option<Option<i64>>]) -> bool {
+    !st.replace
+        && st.row_ts.is_none()
+        && st.columns.iter().all(|(name, c)| {
+            if c.delete_all || !c.deleted.is_empty() {
+                return false;
+            }
+            let (Some((v, _)), Ok(k)) = (c.versions.first(), names.binary_search(&name.as_str())) else {
+                return false;
+            };
+            match bounds.get(k) {
+                Some(Some(None)) => true,
+                Some(Some(Some(max))) => v >= max,
+                _ => false,
+            }
+        })
 }
 
 /// What a latest-version scan needs of a state: each column's newest

@@ -35,10 +35,13 @@ use crate::state::Snapshot;
 
 /// Memtable keys placed into one batch so far: which segment rows stay,
 /// where each merged row goes (before segment row `.0`; `.1` is its row
-/// in the patch batch), and the first segment row not yet placed.
+/// in the patch batch), the segment rows an update is laid over column by
+/// column (segment row, patch row; ascending), and the first segment row
+/// not yet placed.
 pub(super) struct Placement {
     pub(super) keep: BooleanBufferBuilder,
     pub(super) inserts: Vec<(usize, usize)>,
+    pub(super) patches: Vec<(usize, usize)>,
     pub(super) next: usize,
 }
 
@@ -50,16 +53,57 @@ impl Placement {
         Placement {
             keep: b,
             inserts: Vec::new(),
+            patches: Vec::new(),
             next: 0,
         }
     }
 
-    /// Also drops the segment rows `mask` rules out.
+    /// Also drops the segment rows `mask` rules out (evaluated on the
+    /// segment's values, so not the rows an update is laid over).
     pub(super) fn and_mask(&mut self, mask: &arrow::buffer::BooleanBuffer) {
         let bits = &self.keep.finish() & mask;
         let mut b = BooleanBufferBuilder::new(bits.len());
         b.append_buffer(&bits);
+        for &(at, _) in &self.patches {
+            b.set_bit(at, true);
+        }
         self.keep = b;
+    }
+
+    /// `runs` for one output column: where `has` says a patch row holds
+    /// the column, the segment row it is laid over is taken from the patch
+    /// batch instead.
+    pub(super) fn column_runs(
+        &self,
+        runs: &[(usize, usize, usize)],
+        has: &arrow::buffer::BooleanBuffer,
+    ) -> Vec<(usize, usize, usize)> {
+        let mut out = Vec::with_capacity(runs.len() + 2 * self.patches.len());
+        let mut patches = self.patches.iter().filter(|(_, row)| has.value(*row)).peekable();
+        for &(src, mut s, e) in runs {
+            if src == 0 {
+                while let Some(&&(at, row)) = patches.peek() {
+                    if at >= e {
+                        break;
+                    }
+                    patches.next();
+                    if at < s {
+                        continue;
+                    }
+                    if at > s {
+                        out.push((0, s, at));
+                    }
+                    out.push((1, row, row + 1));
+                    s = at + 1;
+                }
+                if s < e {
+                    out.push((0, s, e));
+                }
+            } else {
+                out.push((src, s, e));
+            }
+        }
+        out
     }
 
     /// The output as `(source, start, end)` runs: source 0 is the segment
@@ -118,7 +162,13 @@ pub(super) struct OverlayRows {
     /// The piece's overlay rows as output columns (row `i` is key
     /// `span.start + i`), and which of them are visible and can match.
     pub(super) out: RecordBatch,
+    /// Rows with a live cell (after the TTL).
+    pub(super) live: arrow::buffer::BooleanBuffer,
+    /// Live rows the scan's row filter lets through.
     pub(super) visible: arrow::buffer::BooleanBuffer,
+    /// Per output column, the rows that hold a cell of it (for partial
+    /// keys: which columns come from the patch); `None` for key columns.
+    pub(super) has: Vec<Option<arrow::buffer::BooleanBuffer>>,
     /// Segment rows of the streamed batches.
     pub(super) cursor: RowCursor,
 }
@@ -136,9 +186,11 @@ pub(super) async fn overlay_for(
     seg: &Arc<Segment>,
     piece_rows: u64,
 ) -> Result<Option<Arc<Overlay>>> {
-    // Valid only when the snapshot sees every write the memtable holds.
-    let at = mem.max_seq();
-    if at == 0 || at > cx.snap.seq {
+    // The overlay of the memtable's writes this snapshot sees. Writes that
+    // came after the snapshot (a writer running beside the scan) are left
+    // out: the overlay is built or extended at the snapshot's sequence.
+    let at = mem.max_seq().min(cx.snap.seq);
+    if at == 0 {
         return Ok(None);
     }
     let slot = mem.attachment::<OverlaySlot>(&seg.meta.path);
@@ -151,10 +203,12 @@ pub(super) async fn overlay_for(
         Err(_) if !worth_building => return Ok(None),
         Err(_) => slot.lock_owned().await,
     };
-    if let Some(ov) = held.as_ref()
-        && ov.built_at == at
-    {
-        return Ok(Some(ov.clone()));
+    match held.as_ref() {
+        Some(ov) if ov.built_at == at => return Ok(Some(ov.clone())),
+        // Built for a newer snapshot: it holds writes this one must not see,
+        // and replacing it with an older one would cost the newer scans.
+        Some(ov) if ov.built_at > at => return Ok(None),
+        _ => {}
     }
     if !worth_building {
         return Ok(None);
@@ -172,30 +226,54 @@ impl OverlayRows {
             .column_by_name(format::MAX_TS)
             .and_then(|a| a.as_primitive_opt::<Int64Type>())
             .ok_or_else(|| corrupt("no __max_ts"))?;
-        let live = cmp::gt_eq(max_ts, &Int64Array::new_scalar(cx.cutoff))?;
-        let mut visible = true_bits(&live);
+        let live = true_bits(&cmp::gt_eq(max_ts, &Int64Array::new_scalar(cx.cutoff))?);
+        let mut visible = live.clone();
         if let Some(f) = &cx.row_filter {
             visible = &visible & &f.matches(&out)?;
         }
+        let has = cx
+            .cols
+            .iter()
+            .map(|c| match c {
+                OutCol::Pk(_) => None,
+                OutCol::Attr { name, .. } => Some(
+                    rows.column_by_name(name)
+                        .and_then(|a| a.as_struct_opt())
+                        .and_then(|st| st.column_by_name(format::TS))
+                        .and_then(|ts| ts.logical_nulls())
+                        .map_or_else(
+                            || {
+                                let valid = rows.column_by_name(name).is_some();
+                                arrow::buffer::BooleanBuffer::collect_bool(rows.num_rows(), |_| valid)
+                            },
+                            |nulls| nulls.into_inner(),
+                        ),
+                ),
+            })
+            .collect();
         Ok(OverlayRows {
             next: span.start,
             ov,
             span,
             out,
+            live,
             visible,
+            has,
             cursor,
         })
     }
 
     /// Places the keys that fall into a batch of `n` streamed rows: clears
     /// the rows they replace in `keep`, and returns (batch row, overlay
-    /// row) for each visible one, in order.
+    /// row) for each visible one, in order. A partial key's row is laid
+    /// over the segment row instead (recorded in the placement's patches),
+    /// which stays when either has a live cell.
     pub(super) fn place(
         &mut self,
         n: usize,
         keep: &mut Option<Placement>,
         keep_src: &BooleanArray,
-    ) -> Vec<(usize, usize)> {
+    ) -> Result<Vec<(usize, usize)>> {
         let mut inserts = Vec::new();
         for (b0, g0, len) in self.cursor.advance(n) {
             let end = g0 + len as u64;
@@ -203,19 +281,33 @@ impl OverlayRows {
                 let j = self.next;
                 let p = self.ov.pos[j];
                 let at = b0 + p.saturating_sub(g0) as usize;
+                let row = j - self.span.start;
+                self.next += 1;
+                if self.ov.partial[j] {
+                    if !self.ov.found[j] || p < g0 {
+                        return Err(Error::corruption(
+                            "memtable overlay: an update's segment row was not read",
+                        ));
+                    }
+                    let shown = (keep_src.is_valid(at) && keep_src.value(at)) || self.live.value(row);
+                    let placed = keep.get_or_insert_with(|| Placement::new(keep_src));
+                    placed.keep.set_bit(at, shown);
+                    if shown {
+                        placed.patches.push((at, row));
+                    }
+                    continue;
+                }
                 if self.ov.found[j] && p >= g0 {
                     keep.get_or_insert_with(|| Placement::new(keep_src))
                         .keep
                         .set_bit(at, false);
                 }
-                let row = j - self.span.start;
                 if self.visible.value(row) {
                     inserts.push((at, row));
                 }
-                self.next += 1;
             }
         }
-        inserts
+        Ok(inserts)
     }
 
     /// The visible rows of the keys not placed yet (they sort after every
@@ -338,21 +430,27 @@ impl SingleReader {
         {
             // Row groups the predicates rule out. Without an overlay, not
             // one a memtable key falls into: its merged row is produced
-            // while the group's rows stream by. An overlay's rows need no
-            // segment row (their states are merged already; the rows they
-            // replace cannot match either), so they go in by position
-            // among the rows that are read.
+            // while the group's rows stream by. An overlay's whole rows
+            // need no segment row (the rows they replace cannot match
+            // either), so they go in by position among the rows that are
+            // read; a partial one (an update laid over its segment row)
+            // needs that row's group.
             let md = seg.reader_metadata().await?.metadata().clone();
             let groups: Vec<usize> = spans.iter().map(|s| s.row_group).collect();
             let keep = f.keep(&SegmentStats::new(&seg, &md), &groups);
+            let laid_over = overlay
+                .as_ref()
+                .map(|ov| ov.partial_groups(&md, &range))
+                .unwrap_or_default();
             let mut i = 0;
             spans.retain(|s| {
                 let k = keep.get(i).copied().unwrap_or(true);
                 i += 1;
-                k || (overlay.is_none()
-                    && seg
-                        .row_group_key_range(&md, s.row_group)
-                        .is_none_or(|(lo, hi)| snap.memtables.iter().any(|m| m.has_key_between(lo, hi))))
+                k || laid_over.binary_search(&s.row_group).is_ok()
+                    || (overlay.is_none()
+                        && seg
+                            .row_group_key_range(&md, s.row_group)
+                            .is_none_or(|(lo, hi)| snap.memtables.iter().any(|m| m.has_key_between(lo, hi))))
             });
         }
         let check_keys = spans.iter().any(|s| !s.inside);
@@ -500,7 +598,7 @@ impl SingleReader {
         let mut patch: Option<RecordBatch> = None;
         if let Some(ov) = self.overlay.as_mut() {
             // By position: no key is compared.
-            let inserts = ov.place(n, &mut placed, &keep);
+            let inserts = ov.place(n, &mut placed, &keep)?;
             if !inserts.is_empty() {
                 placed.get_or_insert_with(|| Placement::new(&keep)).inserts = inserts;
             }
@@ -547,9 +645,14 @@ impl SingleReader {
         let total: usize = runs.iter().map(|r| r.2 - r.1).sum();
         let mut arrays = Vec::with_capacity(cols.len());
         for i in 0..cols.len() {
+            let has = self.overlay.as_ref().and_then(|o| o.has[i].as_ref());
+            let column_runs = match has {
+                Some(has) if !placed.patches.is_empty() => std::borrow::Cow::Owned(placed.column_runs(&runs, has)),
+                _ => std::borrow::Cow::Borrowed(runs.as_slice()),
+            };
             let (a, b) = (full.column(i).to_data(), patch.column(i).to_data());
             let mut m = MutableArrayData::new(vec![&a, &b], false, total);
-            for &(src, start, end) in &runs {
+            for &(src, start, end) in column_runs.iter() {
                 m.try_extend(src, start, end)?;
             }
             arrays.push(make_array(m.freeze()));

@@ -196,6 +196,47 @@ impl Segment {
         pk_bounds(md.row_group(rg).column(0).statistics())
     }
 
+    /// Per row group, an upper bound on the versions of each of `columns`
+    /// in it, from the chunk statistics of the column's `ts` leaf:
+    /// `Some(Some(v))` no version is above `v`, `Some(None)` the group
+    /// holds no version of the column (or the segment no such column),
+    /// `None` unknown (no statistics).
+    pub fn newest_versions(md: &ParquetMetaData, columns: &[&str]) -> Vec<Vec<Option<Option<i64>>>> {
+        let descr = md.file_metadata().schema_descr();
+        let leaves: Vec<Option<usize>> = columns
+            .iter()
+            .map(|name| {
+                (0..descr.num_columns()).find(|i| {
+                    let column = descr.column(*i);
+                    let parts = column.path().parts();
+                    parts.len() == 2 && parts[0] == *name && parts[1] == format::TS
+                })
+            })
+            .collect();
+        (0..md.num_row_groups())
+            .map(|rg| {
+                let group = md.row_group(rg);
+                leaves
+                    .iter()
+                    .map(|leaf| {
+                        let Some(leaf) = leaf else {
+                            return Some(None);
+                        };
+                        let chunk = group.column(*leaf);
+                        match chunk.statistics()? {
+                            parquet::file::statistics::Statistics::Int64(s) => match s.max_opt() {
+                                Some(max) => Some(Some(*max)),
+                                None if s.null_count_opt() == Some(chunk.num_values() as u64) => Some(None),
+                                None => None,
+                            },
+                            _ => None,
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Leaf column indices by path (`["amount", "d"]`, `["__pk"]`).
     pub async fn leaf_paths(&self) -> Result<Vec<Vec<String>>> {
         let meta = self.reader_metadata().await?;

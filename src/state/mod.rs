@@ -189,6 +189,9 @@ pub(crate) struct TableCounters {
     pub overlay_builds: AtomicU64,
     /// Overlays extended by the keys written since they were built.
     pub overlay_extensions: AtomicU64,
+    /// Memtable keys whose updates overlays laid over their segment rows
+    /// column by column (no read of the row).
+    pub overlay_laid_over: AtomicU64,
 }
 
 /// A consistent view of one table for one read.
@@ -217,6 +220,7 @@ impl TableCounters {
             compaction_read_bytes: AtomicU64::new(c.compaction_read_bytes),
             overlay_builds: AtomicU64::new(0),
             overlay_extensions: AtomicU64::new(0),
+            overlay_laid_over: AtomicU64::new(0),
         }
     }
 

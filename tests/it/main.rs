@@ -20,6 +20,7 @@ mod golden;
 mod limits;
 mod model;
 mod ordering;
+mod overlay_diff;
 mod power_loss;
 mod read_diff;
 mod recovery;

@@ -24,9 +24,9 @@ use rand::{Rng, SeedableRng};
 use crate::common::{T0, pk, scan_all};
 use crate::model::{Key, Model, key_of, random_write, with_extras};
 
-const ORDERS: [&str; 4] = ["", "a", "ab", "b\0"];
+pub(crate) const ORDERS: [&str; 4] = ["", "a", "ab", "b\0"];
 /// The model's columns, each given one type so that SQL shows every value.
-const COLS: [(&str, ValueType); 4] = [
+pub(crate) const COLS: [(&str, ValueType); 4] = [
     ("a", ValueType::Integer),
     ("b", ValueType::String),
     ("c", ValueType::Double),
@@ -52,7 +52,7 @@ fn typed(name: &str, v: Value) -> Value {
 
 /// A random write of the model's generator with every value typed by its
 /// column.
-fn typed_write(w: RowWrite) -> RowWrite {
+pub(crate) fn typed_write(w: RowWrite) -> RowWrite {
     match w {
         RowWrite::Put(mut p) => {
             for c in &mut p.columns {
@@ -175,7 +175,7 @@ fn expected(model: &Model, read: &Read) -> Vec<String> {
     }
 }
 
-fn sql_text(v: &Value) -> String {
+pub(crate) fn sql_text(v: &Value) -> String {
     match v {
         Value::Integer(i) => i.to_string(),
         Value::Double(d) => d.to_string(),
@@ -185,7 +185,7 @@ fn sql_text(v: &Value) -> String {
     }
 }
 
-fn sql_rows(batches: &[RecordBatch], columns: &[String]) -> Vec<String> {
+pub(crate) fn sql_rows(batches: &[RecordBatch], columns: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     for b in batches {
         for r in 0..b.num_rows() {

@@ -220,6 +220,10 @@ fn load(e: &dyn Engine, data: &DataSet, order: &[u64], name: &str, cap: Duration
 /// are those of the operations it did).
 fn each(name: &str, n: usize, cap: Duration, mut op: impl FnMut(usize) -> Result<()>) -> Result<Timed> {
     let b = bar(name, n as u64);
+    if std::env::var_os("COMPARE_TRACE").is_some() {
+        // For profiling one phase: its start on stderr, with the time.
+        eprintln!("phase {name} at {:?}", std::time::SystemTime::now());
+    }
     let w0 = bytes_written();
     let mut lat = Vec::with_capacity(n);
     let start = Instant::now();
