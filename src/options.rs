@@ -61,8 +61,10 @@ pub struct DbOptions {
     pub compaction_trigger_runs: usize,
     /// Writers stall while a table has more runs than this (background
     /// compaction has fallen behind); they wait at most 30 s per write
-    /// group, so a failing compaction slows writes but never stops them.
-    /// Only with `auto_compaction`. Defaults to 24.
+    /// group, so a slow compaction slows writes but never stops them, and
+    /// not at all while the table's last compaction failed (see
+    /// `TableStats::last_compaction_error`). Only with `auto_compaction`.
+    /// Defaults to 24.
     pub compaction_stall_runs: usize,
     /// Background compactions running at once, over all tables. Defaults
     /// to 1.

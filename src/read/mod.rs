@@ -20,6 +20,8 @@ mod get;
 mod latest;
 mod merge_scan;
 mod overlay;
+mod overlay_rows;
+mod placement;
 mod plan;
 mod splice;
 

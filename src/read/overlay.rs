@@ -292,22 +292,6 @@ impl Overlay {
         Ok(Some((merged, true)))
     }
 
-    /// The row groups (ascending) holding the segment rows of the partial
-    /// keys in `range`.
-    pub fn partial_groups(&self, md: &parquet::file::metadata::ParquetMetaData, range: &KeyRange) -> Vec<usize> {
-        let starts = group_starts(md);
-        let mut out: Vec<usize> = Vec::new();
-        for j in self.key_span(range) {
-            if self.partial[j] {
-                let g = starts.partition_point(|s| *s <= self.pos[j]).saturating_sub(1);
-                if out.last() != Some(&g) {
-                    out.push(g);
-                }
-            }
-        }
-        out
-    }
-
     /// The index range of the keys in `range`.
     pub fn key_span(&self, range: &KeyRange) -> std::ops::Range<usize> {
         let lo = self.keys.partition_point(|k| **k < *range.lo.as_slice());
@@ -442,7 +426,7 @@ fn scan_rows(all: &RecordBatch) -> Result<RecordBatch> {
 }
 
 /// The first segment row of each row group.
-fn group_starts(md: &parquet::file::metadata::ParquetMetaData) -> Vec<u64> {
+pub(super) fn group_starts(md: &parquet::file::metadata::ParquetMetaData) -> Vec<u64> {
     (0..md.num_row_groups())
         .scan(0u64, |acc, rg| {
             let start = *acc;
@@ -677,6 +661,7 @@ impl RunReader<'_> {
 
 /// Maps the rows a stream over some [`RowSpan`]s returns to segment rows
 /// (row numbers across all row groups).
+#[derive(Default)]
 pub(crate) struct RowCursor {
     /// (first segment row, rows) per span, in stream order.
     spans: Vec<(u64, usize)>,

@@ -21,6 +21,12 @@ use crate::state::Snapshot;
 pub(crate) trait RowGroupFilter: Send + Sync {
     /// Per group of `groups` (row-group indices of `seg`), whether to read it.
     fn keep(&self, seg: &SegmentStats<'_>, groups: &[usize]) -> Vec<bool>;
+
+    /// The columns its predicates read, when known: a row of a group it
+    /// ruled out can match only once a write changed one of them.
+    fn columns(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// What a [`RowGroupFilter`] sees of one segment: its Parquet metadata, and
@@ -74,6 +80,11 @@ impl<'a> SegmentStats<'a> {
 /// only for rows that cannot match; the query still filters afterwards.
 pub(crate) trait RowFilter: Send + Sync {
     fn matches(&self, batch: &RecordBatch) -> Result<arrow::buffer::BooleanBuffer>;
+
+    /// The columns it reads, when known.
+    fn columns(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// A key range to scan; `point` when it is exactly one full key.

@@ -5,131 +5,34 @@
 //!
 //! Invariant: a row comes out once, in key order, as the newest visible
 //! state of its key: a segment row a memtable write replaced is dropped,
-//! one it updated is re-read whole and merged.
+//! one it updated is re-read whole and merged, or gets the update's
+//! columns laid over it (from the overlay, see [`super::overlay_rows`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arrow::array::{
-    Array, AsArray, BooleanArray, BooleanBufferBuilder, Int64Array, MutableArrayData, RecordBatch, RecordBatchOptions,
-    make_array,
+    Array, AsArray, BooleanArray, Int64Array, MutableArrayData, RecordBatch, RecordBatchOptions, make_array,
 };
 use arrow::compute::kernels::cmp;
 use arrow::compute::{and, filter_record_batch, is_not_null};
 use arrow::datatypes::{Int64Type, UInt8Type, UInt16Type};
 use futures::StreamExt;
 
-use super::arrow::{BATCH_ROWS, OutCol, RowKeys, true_bits};
+use super::arrow::{BATCH_ROWS, OutCol, RowKeys};
 use super::context::{RowsBuilder, ScanCtx};
 use super::merge_scan::MergeScan;
-use super::overlay::{Overlay, OverlaySlot, RowCursor};
+use super::overlay::RowCursor;
+use super::overlay_rows::{OVERLAY_MIN_SHARE, OverlayRows, overlay_for};
+use super::placement::Placement;
 use super::plan::{RowGroupFilter, SegmentStats};
 use crate::error::{Error, Result};
-use crate::memtable::Memtable;
 use crate::model::key::KeyRange;
 use crate::model::row::RowState;
 use crate::segment::format::{self, ROW_DELETED};
 use crate::segment::{RowSpan, Segment, SegmentBatchStream};
 use crate::state::Snapshot;
-
-/// Memtable keys placed into one batch so far: which segment rows stay,
-/// where each merged row goes (before segment row `.0`; `.1` is its row
-/// in the patch batch), the segment rows an update is laid over column by
-/// column (segment row, patch row; ascending), and the first segment row
-/// not yet placed.
-pub(super) struct Placement {
-    pub(super) keep: BooleanBufferBuilder,
-    pub(super) inserts: Vec<(usize, usize)>,
-    pub(super) patches: Vec<(usize, usize)>,
-    pub(super) next: usize,
-}
-
-impl Placement {
-    pub(super) fn new(keep: &BooleanArray) -> Self {
-        let bits = true_bits(keep);
-        let mut b = BooleanBufferBuilder::new(bits.len());
-        b.append_buffer(&bits);
-        Placement {
-            keep: b,
-            inserts: Vec::new(),
-            patches: Vec::new(),
-            next: 0,
-        }
-    }
-
-    /// Also drops the segment rows `mask` rules out (evaluated on the
-    /// segment's values, so not the rows an update is laid over).
-    pub(super) fn and_mask(&mut self, mask: &arrow::buffer::BooleanBuffer) {
-        let bits = &self.keep.finish() & mask;
-        let mut b = BooleanBufferBuilder::new(bits.len());
-        b.append_buffer(&bits);
-        for &(at, _) in &self.patches {
-            b.set_bit(at, true);
-        }
-        self.keep = b;
-    }
-
-    /// `runs` for one output column: where `has` says a patch row holds
-    /// the column, the segment row it is laid over is taken from the patch
-    /// batch instead.
-    pub(super) fn column_runs(
-        &self,
-        runs: &[(usize, usize, usize)],
-        has: &arrow::buffer::BooleanBuffer,
-    ) -> Vec<(usize, usize, usize)> {
-        let mut out = Vec::with_capacity(runs.len() + 2 * self.patches.len());
-        let mut patches = self.patches.iter().filter(|(_, row)| has.value(*row)).peekable();
-        for &(src, mut s, e) in runs {
-            if src == 0 {
-                while let Some(&&(at, row)) = patches.peek() {
-                    if at >= e {
-                        break;
-                    }
-                    patches.next();
-                    if at < s {
-                        continue;
-                    }
-                    if at > s {
-                        out.push((0, s, at));
-                    }
-                    out.push((1, row, row + 1));
-                    s = at + 1;
-                }
-                if s < e {
-                    out.push((0, s, e));
-                }
-            } else {
-                out.push((src, s, e));
-            }
-        }
-        out
-    }
-
-    /// The output as `(source, start, end)` runs: source 0 is the segment
-    /// batch, 1 the patch batch.
-    pub(super) fn runs(&mut self) -> Vec<(usize, usize, usize)> {
-        let keep = self.keep.finish();
-        let mut out = Vec::with_capacity(2 * self.inserts.len() + 1);
-        let mut ins = self.inserts.iter().peekable();
-        for (mut s, e) in keep.set_slices() {
-            while let Some(&&(pos, row)) = ins.peek() {
-                if pos >= e {
-                    break;
-                }
-                if pos > s {
-                    out.push((0, s, pos));
-                    s = pos;
-                }
-                out.push((1, row, row + 1));
-                ins.next();
-            }
-            out.push((0, s, e));
-        }
-        out.extend(ins.map(|&(_, row)| (1, row, row + 1)));
-        out
-    }
-}
 
 /// Reads one segment's rank-0 rows over a piece, merging memtable keys in.
 pub(super) struct SingleReader {
@@ -150,178 +53,6 @@ pub(super) struct SingleReader {
     /// The memtable's rows by position instead, when an overlay is used
     /// (then `mem` is empty and no key column is read).
     pub(super) overlay: Option<OverlayRows>,
-}
-
-/// A piece's memtable rows from an [`Overlay`].
-pub(super) struct OverlayRows {
-    pub(super) ov: Arc<Overlay>,
-    /// The piece's keys (overlay indices).
-    pub(super) span: std::ops::Range<usize>,
-    /// The next key not yet placed.
-    pub(super) next: usize,
-    /// The piece's overlay rows as output columns (row `i` is key
-    /// `span.start + i`), and which of them are visible and can match.
-    pub(super) out: RecordBatch,
-    /// Rows with a live cell (after the TTL).
-    pub(super) live: arrow::buffer::BooleanBuffer,
-    /// Live rows the scan's row filter lets through.
-    pub(super) visible: arrow::buffer::BooleanBuffer,
-    /// Per output column, the rows that hold a cell of it (for partial
-    /// keys: which columns come from the patch); `None` for key columns.
-    pub(super) has: Vec<Option<arrow::buffer::BooleanBuffer>>,
-    /// Segment rows of the streamed batches.
-    pub(super) cursor: RowCursor,
-}
-
-/// Segments at least this many times the rows a piece reads get no overlay
-/// built for it (a small range scan would pay for placing every memtable
-/// key of the segment); one already built is used by any piece.
-pub(super) const OVERLAY_MIN_SHARE: u64 = 4;
-
-/// The overlay of the one memtable with keys in a piece, when it is built
-/// (or worth building) for the scan's snapshot.
-pub(super) async fn overlay_for(
-    cx: &ScanCtx,
-    mem: &Arc<Memtable>,
-    seg: &Arc<Segment>,
-    piece_rows: u64,
-) -> Result<Option<Arc<Overlay>>> {
-    // The overlay of the memtable's writes this snapshot sees. Writes that
-    // came after the snapshot (a writer running beside the scan) are left
-    // out: the overlay is built or extended at the snapshot's sequence.
-    let at = mem.max_seq().min(cx.snap.seq);
-    if at == 0 {
-        return Ok(None);
-    }
-    let slot = mem.attachment::<OverlaySlot>(&seg.meta.path);
-    let worth_building = piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows;
-    let held = match slot.clone().try_lock_owned() {
-        Ok(held) => held,
-        // Another partition is building it. A piece too small to build one
-        // for does not wait (it merges the memtable keys itself): it would
-        // serialise this partition's other segments behind that build.
-        Err(_) if !worth_building => return Ok(None),
-        Err(_) => slot.lock_owned().await,
-    };
-    match held.as_ref() {
-        Some(ov) if ov.built_at == at => return Ok(Some(ov.clone())),
-        // Built for a newer snapshot: it holds writes this one must not see,
-        // and replacing it with an older one would cost the newer scans.
-        Some(ov) if ov.built_at > at => return Ok(None),
-        _ => {}
-    }
-    if !worth_building {
-        return Ok(None);
-    }
-    super::overlay::build_in_slot(&cx.table, mem, seg, at, held).await
-}
-
-impl OverlayRows {
-    pub(super) fn new(cx: &ScanCtx, ov: Arc<Overlay>, range: &KeyRange, cursor: RowCursor) -> Result<Self> {
-        let span = ov.key_span(range);
-        let rows = ov.rows.slice(span.start, span.len());
-        let corrupt = |what: &str| Error::corruption(format!("memtable overlay: {what}"));
-        let out = cx.output(&rows, "memtable", "overlay")?;
-        let max_ts = rows
-            .column_by_name(format::MAX_TS)
-            .and_then(|a| a.as_primitive_opt::<Int64Type>())
-            .ok_or_else(|| corrupt("no __max_ts"))?;
-        let live = true_bits(&cmp::gt_eq(max_ts, &Int64Array::new_scalar(cx.cutoff))?);
-        let mut visible = live.clone();
-        if let Some(f) = &cx.row_filter {
-            visible = &visible & &f.matches(&out)?;
-        }
-        let has = cx
-            .cols
-            .iter()
-            .map(|c| match c {
-                OutCol::Pk(_) => None,
-                OutCol::Attr { name, .. } => Some(
-                    rows.column_by_name(name)
-                        .and_then(|a| a.as_struct_opt())
-                        .and_then(|st| st.column_by_name(format::TS))
-                        .and_then(|ts| ts.logical_nulls())
-                        .map_or_else(
-                            || {
-                                let valid = rows.column_by_name(name).is_some();
-                                arrow::buffer::BooleanBuffer::collect_bool(rows.num_rows(), |_| valid)
-                            },
-                            |nulls| nulls.into_inner(),
-                        ),
-                ),
-            })
-            .collect();
-        Ok(OverlayRows {
-            next: span.start,
-            ov,
-            span,
-            out,
-            live,
-            visible,
-            has,
-            cursor,
-        })
-    }
-
-    /// Places the keys that fall into a batch of `n` streamed rows: clears
-    /// the rows they replace in `keep`, and returns (batch row, overlay
-    /// row) for each visible one, in order. A partial key's row is laid
-    /// over the segment row instead (recorded in the placement's patches),
-    /// which stays when either has a live cell.
-    pub(super) fn place(
-        &mut self,
-        n: usize,
-        keep: &mut Option<Placement>,
-        keep_src: &BooleanArray,
-    ) -> Result<Vec<(usize, usize)>> {
-        let mut inserts = Vec::new();
-        for (b0, g0, len) in self.cursor.advance(n) {
-            let end = g0 + len as u64;
-            while self.next < self.span.end && self.ov.pos[self.next] < end {
-                let j = self.next;
-                let p = self.ov.pos[j];
-                let at = b0 + p.saturating_sub(g0) as usize;
-                let row = j - self.span.start;
-                self.next += 1;
-                if self.ov.partial[j] {
-                    if !self.ov.found[j] || p < g0 {
-                        return Err(Error::corruption(
-                            "memtable overlay: an update's segment row was not read",
-                        ));
-                    }
-                    let shown = (keep_src.is_valid(at) && keep_src.value(at)) || self.live.value(row);
-                    let placed = keep.get_or_insert_with(|| Placement::new(keep_src));
-                    placed.keep.set_bit(at, shown);
-                    if shown {
-                        placed.patches.push((at, row));
-                    }
-                    continue;
-                }
-                if self.ov.found[j] && p >= g0 {
-                    keep.get_or_insert_with(|| Placement::new(keep_src))
-                        .keep
-                        .set_bit(at, false);
-                }
-                if self.visible.value(row) {
-                    inserts.push((at, row));
-                }
-            }
-        }
-        Ok(inserts)
-    }
-
-    /// The visible rows of the keys not placed yet (they sort after every
-    /// streamed row), and marks them placed.
-    pub(super) fn rest(&mut self) -> Result<Option<RecordBatch>> {
-        if self.next >= self.span.end {
-            return Ok(None);
-        }
-        let from = self.next - self.span.start;
-        let len = self.span.end - self.next;
-        self.next = self.span.end;
-        let mask = BooleanArray::new(self.visible.slice(from, len), None);
-        Ok(Some(filter_record_batch(&self.out.slice(from, len), &mask)?))
-    }
 }
 
 /// The merged memtable states of a piece, read in key order a chunk at a
@@ -425,6 +156,10 @@ impl SingleReader {
             scan: source,
             buf: VecDeque::new(),
         };
+        let mut overlay = match overlay {
+            Some(ov) => Some(OverlayRows::new(cx, ov, &range)?),
+            None => None,
+        };
         if let Some(f) = filter
             && !spans.is_empty()
         {
@@ -440,7 +175,7 @@ impl SingleReader {
             let keep = f.keep(&SegmentStats::new(&seg, &md), &groups);
             let laid_over = overlay
                 .as_ref()
-                .map(|ov| ov.partial_groups(&md, &range))
+                .map(|ov| ov.groups_to_read(cx, &md, f))
                 .unwrap_or_default();
             let mut i = 0;
             spans.retain(|s| {
@@ -501,13 +236,10 @@ impl SingleReader {
         } else {
             Some(seg.stream_rows(&spans, leaves, BATCH_ROWS).await?)
         };
-        let overlay = match overlay {
-            Some(ov) => {
-                let md = seg.reader_metadata().await?.metadata().clone();
-                Some(OverlayRows::new(cx, ov, &range, RowCursor::new(&md, &spans))?)
-            }
-            None => None,
-        };
+        if let Some(ov) = overlay.as_mut() {
+            let md = seg.reader_metadata().await?.metadata().clone();
+            ov.cursor = RowCursor::new(&md, &spans);
+        }
         Ok(SingleReader {
             seg,
             range,

@@ -21,6 +21,14 @@ use parquet::file::statistics::Statistics;
 use crate::model::types::ValueType;
 use crate::read::{OutCol, RowGroupFilter, SegmentStats, pk_value_type};
 
+/// The names of the columns an expression reads.
+pub(super) fn expr_columns(expr: &Arc<dyn datafusion::physical_expr::PhysicalExpr>) -> Vec<String> {
+    datafusion::physical_expr::utils::collect_columns(expr)
+        .into_iter()
+        .map(|c| c.name().to_string())
+        .collect()
+}
+
 pub(crate) struct StatsPruner {
     pub predicate: Arc<PruningPredicate>,
     /// Every table column with its SQL type.
@@ -122,6 +130,10 @@ impl PruningStatistics for SegStats<'_> {
 }
 
 impl RowGroupFilter for StatsPruner {
+    fn columns(&self) -> Option<Vec<String>> {
+        Some(expr_columns(self.predicate.orig_expr()))
+    }
+
     fn keep(&self, seg: &SegmentStats<'_>, groups: &[usize]) -> Vec<bool> {
         let md = seg.metadata();
         let mut leaves = HashMap::new();

@@ -49,6 +49,10 @@ impl fmt::Debug for dyn RowFilter {
 }
 
 impl RowFilter for PredicateFilter {
+    fn columns(&self) -> Option<Vec<String>> {
+        Some(super::prune::expr_columns(&self.0))
+    }
+
     /// Rows the predicates do not rule out. A predicate that fails to
     /// evaluate rules nothing out: the query's own filter then reports the
     /// error (or not, where it evaluates conjuncts lazily).

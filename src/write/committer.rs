@@ -395,7 +395,10 @@ fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
 /// the stall limit (background compaction has fallen behind, and reads
 /// would slow down); gives up waiting after a while so that a stuck flush
 /// or compaction slows writers down instead of stopping them for good.
-/// A closing database does not wait: nothing would bring it under budget.
+/// A closing database does not wait: nothing would bring it under budget;
+/// nor does a table whose last compaction failed (a full disk, say): the
+/// wait would not let compaction catch up, and every write group would
+/// sit out the whole wait before failing on the same full disk.
 fn stall_if_over_budget(host: &dyn CommitHost) {
     let budget = host.write_buffer_bytes();
     let max_runs = host.stall_runs();
@@ -403,7 +406,10 @@ fn stall_if_over_budget(host: &dyn CommitHost) {
     let over = || {
         let tables = host.live_tables();
         tables.iter().map(|t| t.unflushed_bytes()).sum::<usize>() > budget
-            || (max_runs < usize::MAX && tables.iter().any(|t| t.run_count() > max_runs))
+            || (max_runs < usize::MAX
+                && tables
+                    .iter()
+                    .any(|t| t.run_count() > max_runs && t.last_compaction_error.lock().is_none()))
     };
     while over() {
         if host.closing() || start.elapsed() > Duration::from_secs(30) {

@@ -7,6 +7,12 @@ use cellar::*;
 /// 2016-07-21 00:00:00 UTC, the time of Tablestore's documentation examples.
 pub const T0: i64 = 1_469_059_200_000;
 
+/// How many seeds a randomized test runs: environment variable `var`
+/// (a longer hunt for bugs), else `default`.
+pub fn seeds(var: &str, default: u64) -> u64 {
+    std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
 pub async fn open(dir: &std::path::Path, clock: &Arc<ManualClock>) -> Database {
     Database::open_with(dir, DbOptions::default().clock(clock.clone()))
         .await

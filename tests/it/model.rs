@@ -581,10 +581,7 @@ async fn run_model(seed: u64, steps: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_matches_reference_with_flush_reopen_compact() {
     // CELLAR_MODEL_SEEDS=N runs more seeds (a longer hunt for bugs).
-    let seeds = std::env::var("CELLAR_MODEL_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(6u64);
+    let seeds = crate::common::seeds("CELLAR_MODEL_SEEDS", 6);
     for seed in 0..seeds {
         run_model(seed, 700).await;
     }

@@ -189,10 +189,7 @@ async fn run(seed: u64, ttl: bool, background: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scans_lay_memtable_updates_over_segment_rows_as_the_model_does() {
     // CELLAR_OVERLAY_DIFF_SEEDS=N runs more seeds.
-    let seeds = std::env::var("CELLAR_OVERLAY_DIFF_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4u64);
+    let seeds = crate::common::seeds("CELLAR_OVERLAY_DIFF_SEEDS", 4);
     for seed in 0..seeds {
         run(seed, seed % 2 == 1, seed % 4 >= 2).await;
     }

@@ -442,10 +442,7 @@ async fn run(seed: u64, phases: usize, writes: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_racing_writes_flushes_and_compactions_match_the_model() {
     // CELLAR_READ_DIFF_SEEDS=N runs more seeds.
-    let seeds = std::env::var("CELLAR_READ_DIFF_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3u64);
+    let seeds = crate::common::seeds("CELLAR_READ_DIFF_SEEDS", 3);
     for seed in 0..seeds {
         run(seed, 3, 300).await;
     }

@@ -1,0 +1,275 @@
+//! A piece's memtable rows taken from the memtable's [`Overlay`] of its
+//! segment: which overlay is valid for a scan's snapshot (built or
+//! extended when worth it), the rows in output form with their
+//! visibility, where each goes among the streamed segment rows, and which
+//! row groups the query's predicates ruled out must still be read for an
+//! update laid over a row in them.
+//!
+//! Invariant: a key's row goes in once, at its position; a whole row
+//! replaces the segment row it was found at, a partial one (an UpdateRow
+//! laid over column by column) keeps that row and overrides the columns
+//! it wrote; a laid-over row whose segment row was not read cannot match
+//! the query (`groups_to_read` decided so).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::compute::kernels::cmp;
+use arrow::datatypes::Int64Type;
+
+use super::arrow::{OutCol, true_bits};
+use super::context::ScanCtx;
+use super::overlay::{Overlay, OverlaySlot, RowCursor};
+use super::placement::Placement;
+use super::plan::RowGroupFilter;
+use crate::error::{Error, Result};
+use crate::memtable::Memtable;
+use crate::model::key::KeyRange;
+use crate::segment::Segment;
+use crate::segment::format;
+/// A piece's memtable rows from an [`Overlay`].
+pub(super) struct OverlayRows {
+    pub(super) ov: Arc<Overlay>,
+    /// The piece's keys (overlay indices).
+    pub(super) span: std::ops::Range<usize>,
+    /// The next key not yet placed.
+    pub(super) next: usize,
+    /// The piece's overlay rows as output columns (row `i` is key
+    /// `span.start + i`), and which of them are visible and can match.
+    pub(super) out: RecordBatch,
+    /// Rows with a live cell (after the TTL).
+    pub(super) live: arrow::buffer::BooleanBuffer,
+    /// Rows the scan's row filter does not rule out (on their own values).
+    pub(super) passes: Option<arrow::buffer::BooleanBuffer>,
+    /// Live rows the scan's row filter lets through.
+    pub(super) visible: arrow::buffer::BooleanBuffer,
+    /// Per output column, the rows that hold a cell of it (for partial
+    /// keys: which columns come from the patch); `None` for key columns.
+    pub(super) has: Vec<Option<arrow::buffer::BooleanBuffer>>,
+    /// Segment rows of the streamed batches.
+    pub(super) cursor: RowCursor,
+}
+
+/// Segments at least this many times the rows a piece reads get no overlay
+/// built for it (a small range scan would pay for placing every memtable
+/// key of the segment); one already built is used by any piece.
+pub(super) const OVERLAY_MIN_SHARE: u64 = 4;
+
+/// The overlay of the one memtable with keys in a piece, when it is built
+/// (or worth building) for the scan's snapshot.
+pub(super) async fn overlay_for(
+    cx: &ScanCtx,
+    mem: &Arc<Memtable>,
+    seg: &Arc<Segment>,
+    piece_rows: u64,
+) -> Result<Option<Arc<Overlay>>> {
+    // The overlay of the memtable's writes this snapshot sees. Writes that
+    // came after the snapshot (a writer running beside the scan) are left
+    // out: the overlay is built or extended at the snapshot's sequence.
+    let at = mem.max_seq().min(cx.snap.seq);
+    if at == 0 {
+        return Ok(None);
+    }
+    let slot = mem.attachment::<OverlaySlot>(&seg.meta.path);
+    let worth_building = piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows;
+    let held = match slot.clone().try_lock_owned() {
+        Ok(held) => held,
+        // Another partition is building it. A piece too small to build one
+        // for does not wait (it merges the memtable keys itself): it would
+        // serialise this partition's other segments behind that build.
+        Err(_) if !worth_building => return Ok(None),
+        Err(_) => slot.lock_owned().await,
+    };
+    match held.as_ref() {
+        Some(ov) if ov.built_at == at => return Ok(Some(ov.clone())),
+        // Built for a newer snapshot: it holds writes this one must not see,
+        // and replacing it with an older one would cost the newer scans.
+        Some(ov) if ov.built_at > at => return Ok(None),
+        _ => {}
+    }
+    if !worth_building {
+        return Ok(None);
+    }
+    super::overlay::build_in_slot(&cx.table, mem, seg, at, held).await
+}
+
+impl OverlayRows {
+    /// The overlay's rows of `range`; the cursor over the streamed rows is
+    /// set once the rows to stream are known.
+    pub(super) fn new(cx: &ScanCtx, ov: Arc<Overlay>, range: &KeyRange) -> Result<Self> {
+        let span = ov.key_span(range);
+        let rows = ov.rows.slice(span.start, span.len());
+        let corrupt = |what: &str| Error::corruption(format!("memtable overlay: {what}"));
+        let out = cx.output(&rows, "memtable", "overlay")?;
+        let max_ts = rows
+            .column_by_name(format::MAX_TS)
+            .and_then(|a| a.as_primitive_opt::<Int64Type>())
+            .ok_or_else(|| corrupt("no __max_ts"))?;
+        let live = true_bits(&cmp::gt_eq(max_ts, &Int64Array::new_scalar(cx.cutoff))?);
+        let passes = match &cx.row_filter {
+            Some(f) => Some(f.matches(&out)?),
+            None => None,
+        };
+        let visible = match &passes {
+            Some(p) => &live & p,
+            None => live.clone(),
+        };
+        let has = cx
+            .cols
+            .iter()
+            .map(|c| match c {
+                OutCol::Pk(_) => None,
+                OutCol::Attr { name, .. } => Some(
+                    rows.column_by_name(name)
+                        .and_then(|a| a.as_struct_opt())
+                        .and_then(|st| st.column_by_name(format::TS))
+                        .and_then(|ts| ts.logical_nulls())
+                        .map_or_else(
+                            || {
+                                let valid = rows.column_by_name(name).is_some();
+                                arrow::buffer::BooleanBuffer::collect_bool(rows.num_rows(), |_| valid)
+                            },
+                            |nulls| nulls.into_inner(),
+                        ),
+                ),
+            })
+            .collect();
+        Ok(OverlayRows {
+            next: span.start,
+            ov,
+            span,
+            out,
+            live,
+            passes,
+            visible,
+            has,
+            cursor: RowCursor::default(),
+        })
+    }
+
+    /// The row groups (ascending) a scan whose predicates ruled some out
+    /// must still read for the partial keys in them: a partial key's row
+    /// is its segment row with the key's columns laid over, so it can
+    /// match where the segment row could not only when the key wrote a
+    /// column the predicates read; and not then either when it wrote every
+    /// column they read and the row filter rules its own row out.
+    pub(super) fn groups_to_read(
+        &self,
+        cx: &ScanCtx,
+        md: &parquet::file::metadata::ParquetMetaData,
+        filter: &dyn RowGroupFilter,
+    ) -> Vec<usize> {
+        let rows = self.ov.rows.slice(self.span.start, self.span.len());
+        let cells: std::collections::HashMap<&str, Option<arrow::buffer::NullBuffer>> = rows
+            .schema_ref()
+            .fields()
+            .iter()
+            .zip(rows.columns())
+            .filter_map(|(f, a)| {
+                let ts = a.as_struct_opt()?.column_by_name(format::TS)?;
+                Some((f.name().as_str(), ts.logical_nulls()))
+            })
+            .collect();
+        // Whether row `r` holds a cell of column `name` (a key column, or
+        // a column the overlay's rows lack, was written by no key).
+        let cell = |name: &str, r: usize| -> bool {
+            cells
+                .get(name)
+                .is_some_and(|nulls| nulls.as_ref().is_none_or(|n| n.is_valid(r)))
+        };
+        let group_cols = filter.columns();
+        let row_cols = cx.row_filter.as_ref().and_then(|f| f.columns());
+        let starts = super::overlay::group_starts(md);
+        let mut out: Vec<usize> = Vec::new();
+        for j in self.span.clone() {
+            if !self.ov.partial[j] {
+                continue;
+            }
+            let r = j - self.span.start;
+            let touches = match &group_cols {
+                Some(cols) => cols.iter().any(|c| cell(c, r)),
+                None => true,
+            };
+            let ruled_out = || {
+                let (Some(passes), Some(row_cols), Some(group_cols)) = (&self.passes, &row_cols, &group_cols) else {
+                    return false;
+                };
+                let covered = |c: &String| cx.table.schema.is_pk_column(c) || cell(c, r);
+                !passes.value(r) && row_cols.iter().all(covered) && group_cols.iter().all(covered)
+            };
+            if touches && !ruled_out() {
+                let g = starts.partition_point(|s| *s <= self.ov.pos[j]).saturating_sub(1);
+                if out.last() != Some(&g) {
+                    out.push(g);
+                }
+            }
+        }
+        out
+    }
+
+    /// Places the keys that fall into a batch of `n` streamed rows: clears
+    /// the rows they replace in `keep`, and returns (batch row, overlay
+    /// row) for each visible one, in order. A partial key's row is laid
+    /// over the segment row instead (recorded in the placement's patches),
+    /// which stays when either has a live cell.
+    pub(super) fn place(
+        &mut self,
+        n: usize,
+        keep: &mut Option<Placement>,
+        keep_src: &BooleanArray,
+    ) -> Result<Vec<(usize, usize)>> {
+        let mut inserts = Vec::new();
+        for (b0, g0, len) in self.cursor.advance(n) {
+            let end = g0 + len as u64;
+            while self.next < self.span.end && self.ov.pos[self.next] < end {
+                let j = self.next;
+                let p = self.ov.pos[j];
+                let at = b0 + p.saturating_sub(g0) as usize;
+                let row = j - self.span.start;
+                self.next += 1;
+                if self.ov.partial[j] {
+                    if !self.ov.found[j] {
+                        return Err(Error::corruption(
+                            "memtable overlay: an update laid over no segment row",
+                        ));
+                    }
+                    if p < g0 {
+                        // Its row group was ruled out and not read: the
+                        // row cannot match either (`groups_to_read`).
+                        continue;
+                    }
+                    let shown = (keep_src.is_valid(at) && keep_src.value(at)) || self.live.value(row);
+                    let placed = keep.get_or_insert_with(|| Placement::new(keep_src));
+                    placed.keep.set_bit(at, shown);
+                    if shown {
+                        placed.patches.push((at, row));
+                    }
+                    continue;
+                }
+                if self.ov.found[j] && p >= g0 {
+                    keep.get_or_insert_with(|| Placement::new(keep_src))
+                        .keep
+                        .set_bit(at, false);
+                }
+                if self.visible.value(row) {
+                    inserts.push((at, row));
+                }
+            }
+        }
+        Ok(inserts)
+    }
+
+    /// The visible rows of the keys not placed yet (they sort after every
+    /// streamed row), and marks them placed.
+    pub(super) fn rest(&mut self) -> Result<Option<RecordBatch>> {
+        if self.next >= self.span.end {
+            return Ok(None);
+        }
+        let from = self.next - self.span.start;
+        let len = self.span.end - self.next;
+        self.next = self.span.end;
+        let mask = BooleanArray::new(self.visible.slice(from, len), None);
+        Ok(Some(filter_record_batch(&self.out.slice(from, len), &mask)?))
+    }
+}
