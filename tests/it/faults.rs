@@ -5,6 +5,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use cellar::*;
@@ -30,6 +31,8 @@ pub struct FailingStore {
 #[derive(Debug)]
 struct Faults {
     fail_puts: AtomicBool,
+    /// Multipart uploads (compaction outputs) fail, other writes do not.
+    fail_uploads: AtomicBool,
     puts_left: AtomicI64,
     /// The next multipart upload started waits at its completion for a
     /// permit of `release`.
@@ -43,6 +46,7 @@ impl FailingStore {
             inner,
             faults: Arc::new(Faults {
                 fail_puts: AtomicBool::new(false),
+                fail_uploads: AtomicBool::new(false),
                 puts_left: AtomicI64::new(-1),
                 hold_next_upload: AtomicBool::new(false),
                 release: tokio::sync::Semaphore::new(0),
@@ -63,6 +67,11 @@ impl FailingStore {
     /// The next `n` writes succeed, then every write fails.
     pub fn fail_after(&self, n: i64) {
         self.faults.puts_left.store(n, Ordering::SeqCst);
+    }
+
+    /// Every multipart upload (a compaction output) fails while set.
+    pub fn fail_uploads(&self, fail: bool) {
+        self.faults.fail_uploads.store(fail, Ordering::SeqCst);
     }
 
     pub fn fail_all(&self, fail: bool) {
@@ -86,6 +95,16 @@ impl fmt::Display for FailingStore {
 }
 
 impl Faults {
+    fn check_upload(&self) -> object_store::Result<()> {
+        if self.fail_uploads.load(Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "FailingStore",
+                source: "injected upload failure".into(),
+            });
+        }
+        self.check()
+    }
+
     fn check(&self) -> object_store::Result<()> {
         let left = self
             .puts_left
@@ -113,7 +132,7 @@ struct FailingUpload {
 #[async_trait::async_trait]
 impl MultipartUpload for FailingUpload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
-        match self.faults.check() {
+        match self.faults.check_upload() {
             Ok(()) => self.inner.put_part(data),
             Err(e) => Box::pin(async move { Err(e) }),
         }
@@ -123,7 +142,7 @@ impl MultipartUpload for FailingUpload {
         if self.held {
             self.faults.release.acquire().await.expect("never closed").forget();
         }
-        self.faults.check()?;
+        self.faults.check_upload()?;
         self.inner.complete().await
     }
 
@@ -240,6 +259,48 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
     let rows = scan_all(&db.table("t").unwrap(), GetRange::new()).await;
     assert_eq!(rows.len(), 101);
     assert_eq!(rows[100].latest("n"), Some(&Value::Integer(100)));
+}
+
+/// Compactions that keep failing (a full disk, say) do not make every
+/// write group sit out the run-count stall: writes go on at once, and the
+/// runs are merged once compactions succeed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_compactions_do_not_stall_writers() {
+    let (dir, store, options) = failing_store();
+    let opts = DbOptions {
+        compaction_trigger_runs: 2,
+        compaction_stall_runs: 3,
+        ..options()
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    store.fail_uploads(true);
+    for f in 0..8i64 {
+        t.put_row(PutRow::new(pk(f, "a")).column("n", f)).await.unwrap();
+        t.flush().await.unwrap();
+    }
+    let waited = std::time::Instant::now();
+    while t.stats().last_compaction_error.is_none() {
+        assert!(waited.elapsed() < Duration::from_secs(20), "no compaction failed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(t.stats().runs > 3, "{} runs", t.stats().runs);
+    // Each of these waited 30 s before (the stall's limit).
+    let start = std::time::Instant::now();
+    for i in 100..110i64 {
+        t.put_row(PutRow::new(pk(i, "a")).column("n", i)).await.unwrap();
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "10 writes took {:?} while compactions failed",
+        start.elapsed()
+    );
+    store.fail_uploads(false);
+    t.compact().await.unwrap();
+    assert_eq!(t.stats().runs, 1);
+    assert_eq!(scan_all(&t, GetRange::new()).await.len(), 18);
+    drop(t);
+    db.close().await.unwrap();
 }
 
 /// A flush whose segment is written but whose manifest commit fails (the
