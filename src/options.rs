@@ -76,8 +76,10 @@ pub struct DbOptions {
     /// written, the memtable overlays such scans use (each memtable key
     /// placed among a segment's rows, see `docs/decisions.md`, "Memtable
     /// overlays") are brought up to the newest write this often in the
-    /// background, so a query extends them by this long's writes at most.
-    /// `None`: scans build them when they need them. Defaults to 100 ms.
+    /// background, so a query extends them by about this long's writes
+    /// (after a build of d ms the next waits 3d, so that keeping up takes
+    /// at most about a quarter of a core). `None`: scans build them when
+    /// they need them. Defaults to 100 ms.
     pub background_overlays: Option<std::time::Duration>,
     /// The time source. Defaults to the system clock.
     pub clock: Arc<dyn Clock>,

@@ -213,11 +213,14 @@ impl Shared {
     /// `DbOptions::background_overlays`): a table a SQL scan read whole
     /// lately gets the overlays of its active memtable brought up to the
     /// newest visible write, while writes go on, so that a scan extends
-    /// them by one tick's writes at most. One build per table at a time;
-    /// none while a flush is under way (scans then merge the memtables).
-    /// `seen` holds per table id the sequence its last build was started
-    /// at and whether that build is still running.
-    pub(super) fn warm_overlays(&self, seen: &mut std::collections::HashMap<u64, (u64, Arc<AtomicBool>)>) {
+    /// them by one tick's writes at most. One build per table at a time,
+    /// and after a build of d ms none for 3d ms, so that keeping up takes
+    /// at most about a quarter of a core from the writers; none while a
+    /// flush is under way (scans then merge the memtables). `seen` holds
+    /// per table id the sequence its last build was started at and the
+    /// monotonic ms before which no other starts (`u64::MAX` while one
+    /// runs).
+    pub(super) fn warm_overlays(&self, seen: &mut std::collections::HashMap<u64, (u64, Arc<AtomicU64>)>) {
         /// Tables no scan has read whole for this long are left alone.
         const SCANNED_WITHIN_MS: u64 = 10 * 60 * 1000;
         let now = crate::state::monotonic_ms();
@@ -243,18 +246,18 @@ impl Shared {
             if at == 0 || segments.is_empty() {
                 continue;
             }
-            let (warmed, running) = seen
-                .entry(table.id)
-                .or_insert_with(|| (0, Arc::new(AtomicBool::new(false))));
-            if *warmed == at || running.load(Ordering::Acquire) {
+            let (warmed, idle_from) = seen.entry(table.id).or_insert_with(|| (0, Arc::new(AtomicU64::new(0))));
+            if *warmed == at || now < idle_from.load(Ordering::Acquire) {
                 continue;
             }
             *warmed = at;
-            running.store(true, Ordering::Release);
-            let running = running.clone();
+            idle_from.store(u64::MAX, Ordering::Release);
+            let idle_from = idle_from.clone();
             let spawned = self.spawn_background(move |_| async move {
+                let start = crate::state::monotonic_ms();
                 crate::read::warm_overlays(table, mem, segments, at).await;
-                running.store(false, Ordering::Release);
+                let end = crate::state::monotonic_ms();
+                idle_from.store(end + 3 * end.saturating_sub(start), Ordering::Release);
             });
             if !spawned {
                 // Closing: no task will clear it, and none is wanted.
