@@ -671,18 +671,14 @@ pub(crate) struct RowCursor {
 
 impl RowCursor {
     pub fn new(md: &parquet::file::metadata::ParquetMetaData, spans: &[RowSpan]) -> Self {
-        let mut starts = Vec::with_capacity(md.num_row_groups() + 1);
-        let mut acc = 0u64;
-        for rg in 0..md.num_row_groups() {
-            starts.push(acc);
-            acc += md.row_group(rg).num_rows() as u64;
-        }
+        let starts = group_starts(md);
+        let end: u64 = md.row_groups().iter().map(|g| g.num_rows() as u64).sum();
         RowCursor {
             spans: spans
                 .iter()
                 .map(|s| {
                     (
-                        starts.get(s.row_group).copied().unwrap_or(acc) + s.rows.start as u64,
+                        starts.get(s.row_group).copied().unwrap_or(end) + s.rows.start as u64,
                         s.rows.end - s.rows.start,
                     )
                 })

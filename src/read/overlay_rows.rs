@@ -120,19 +120,7 @@ impl OverlayRows {
             .iter()
             .map(|c| match c {
                 OutCol::Pk(_) => None,
-                OutCol::Attr { name, .. } => Some(
-                    rows.column_by_name(name)
-                        .and_then(|a| a.as_struct_opt())
-                        .and_then(|st| st.column_by_name(format::TS))
-                        .and_then(|ts| ts.logical_nulls())
-                        .map_or_else(
-                            || {
-                                let valid = rows.column_by_name(name).is_some();
-                                arrow::buffer::BooleanBuffer::collect_bool(rows.num_rows(), |_| valid)
-                            },
-                            |nulls| nulls.into_inner(),
-                        ),
-                ),
+                OutCol::Attr { name, .. } => Some(cells_of(&rows, name)),
             })
             .collect();
         Ok(OverlayRows {
@@ -160,26 +148,17 @@ impl OverlayRows {
         md: &parquet::file::metadata::ParquetMetaData,
         filter: &dyn RowGroupFilter,
     ) -> Vec<usize> {
-        let rows = self.ov.rows.slice(self.span.start, self.span.len());
-        let cells: std::collections::HashMap<&str, Option<arrow::buffer::NullBuffer>> = rows
-            .schema_ref()
-            .fields()
-            .iter()
-            .zip(rows.columns())
-            .filter_map(|(f, a)| {
-                let ts = a.as_struct_opt()?.column_by_name(format::TS)?;
-                Some((f.name().as_str(), ts.logical_nulls()))
-            })
-            .collect();
-        // Whether row `r` holds a cell of column `name` (a key column, or
-        // a column the overlay's rows lack, was written by no key).
-        let cell = |name: &str, r: usize| -> bool {
-            cells
-                .get(name)
-                .is_some_and(|nulls| nulls.as_ref().is_none_or(|n| n.is_valid(r)))
-        };
         let group_cols = filter.columns();
         let row_cols = cx.row_filter.as_ref().and_then(|f| f.columns());
+        let rows = self.ov.rows.slice(self.span.start, self.span.len());
+        let cells: std::collections::HashMap<&str, arrow::buffer::BooleanBuffer> = group_cols
+            .iter()
+            .chain(row_cols.iter())
+            .flatten()
+            .map(|c| (c.as_str(), cells_of(&rows, c)))
+            .collect();
+        // Whether row `r` holds a cell of column `name`.
+        let cell = |name: &str, r: usize| cells.get(name).is_some_and(|b| b.value(r));
         let starts = super::overlay::group_starts(md);
         let mut out: Vec<usize> = Vec::new();
         for j in self.span.clone() {
@@ -271,5 +250,20 @@ impl OverlayRows {
         self.next = self.span.end;
         let mask = BooleanArray::new(self.visible.slice(from, len), None);
         Ok(Some(filter_record_batch(&self.out.slice(from, len), &mask)?))
+    }
+}
+
+/// The overlay rows (segment layout) that hold a cell of column `name`:
+/// none when they lack the column (a key column, or one no key wrote).
+fn cells_of(rows: &RecordBatch, name: &str) -> arrow::buffer::BooleanBuffer {
+    let ts = rows
+        .column_by_name(name)
+        .and_then(|a| a.as_struct_opt())
+        .and_then(|st| st.column_by_name(format::TS));
+    match ts {
+        Some(ts) => ts
+            .logical_nulls()
+            .map_or_else(|| arrow::buffer::BooleanBuffer::new_set(ts.len()), |n| n.into_inner()),
+        None => arrow::buffer::BooleanBuffer::new_unset(rows.num_rows()),
     }
 }

@@ -245,6 +245,14 @@ fn random_version(rng: &mut StdRng, now: i64) -> Option<i64> {
     }
 }
 
+/// Applies `w` to the model and to `t`, and checks that the table
+/// accepted or refused it as the model did (`what` names the step).
+pub(crate) async fn write_as_model(model: &mut Model, t: &Table, now: i64, key: &Key, w: RowWrite, what: &str) {
+    let want = model.apply(now, key, &w);
+    let got = t.write(w.clone()).await;
+    assert_eq!(got.as_ref().err().map(|e| e.kind()), want, "{what}: {w:?} -> {got:?}");
+}
+
 pub(crate) fn random_write(rng: &mut StdRng, now: i64, key: &Key) -> RowWrite {
     let pk = pk(key.0, &key.1);
     match rng.random_range(0..10) {
@@ -435,13 +443,7 @@ async fn run_model(seed: u64, steps: usize) {
             0..=49 => {
                 let w = random_write(&mut rng, now, &key);
                 let w = with_extras(&mut rng, w);
-                let want = model.apply(now, &key, &w);
-                let got = t.write(w.clone()).await;
-                assert_eq!(
-                    got.as_ref().err().map(|e| e.kind()),
-                    want,
-                    "seed {seed} step {step}: {w:?} -> {got:?}"
-                );
+                write_as_model(&mut model, &t, now, &key, w, &format!("seed {seed} step {step}")).await;
             }
             50..=54 => {
                 // The auto-increment table: a new row, or a change to a known one.
