@@ -34,6 +34,8 @@ fn main() {
         }
         // CELLAR_BENCH_VERIFY=0: reads skip the checksum checks (what they cost).
         opts.verify_checksums = std::env::var("CELLAR_BENCH_VERIFY").map_or(true, |v| v != "0");
+        // CELLAR_BENCH_ZSTD=LEVEL: compaction outputs' value columns under ZSTD.
+        opts.compaction_zstd_level = std::env::var("CELLAR_BENCH_ZSTD").ok().and_then(|v| v.parse().ok());
         let db = Database::open_with(dir.path(), opts).await.unwrap();
         let t = common::bench_table(&db).await;
         let mut batch = Vec::with_capacity(200);

@@ -122,6 +122,11 @@ fn main() {
             },
             // CELLAR_BENCH_VERIFY=0: reads skip the checksum checks.
             verify_checksums: env_num("CELLAR_BENCH_VERIFY") != Some(0),
+            // CELLAR_BENCH_ZSTD=LEVEL: compaction outputs' value columns
+            // under ZSTD (`compaction_zstd_level`), pages of
+            // CELLAR_BENCH_COMPACTED_PAGE_BYTES.
+            compaction_zstd_level: env_num("CELLAR_BENCH_ZSTD").map(|l| l as i32),
+            compacted_page_bytes: env_num("CELLAR_BENCH_COMPACTED_PAGE_BYTES").unwrap_or(opts.compacted_page_bytes),
             ..opts
         };
         let background = opts.background_overlays.is_some();

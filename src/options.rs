@@ -48,6 +48,19 @@ pub struct DbOptions {
     /// `docs/format.md`). Off saves its space (for tables only ever
     /// scanned); reads then decode the columns. Defaults to true.
     pub row_cells: bool,
+    /// Compaction outputs compress their value and system columns (every
+    /// column but the key, `__pk` and `__cells`) with ZSTD at this level
+    /// (1-22), in pages of `compacted_page_bytes`, as RocksDB's
+    /// bottommost compression does. Point reads, which decode only the key
+    /// and `__cells`, keep their speed; SQL scans of compacted data pay
+    /// the decompression (1.2-1.9x slower in `benches/compare`) for 10-16%
+    /// less disk overall, several times less in columns of repeated values
+    /// (BENCHMARKS.md, "Compaction outputs under ZSTD"). For cold tables
+    /// scanned rarely. Defaults to `None`: LZ4, as flushes write them.
+    pub compaction_zstd_level: Option<i32>,
+    /// Page size of the ZSTD-compressed columns of compaction outputs (see
+    /// `compaction_zstd_level`). Defaults to 64 KiB.
+    pub compacted_page_bytes: usize,
     /// Output segments of a compaction are cut past this many bytes (they
     /// stream to the store as they are written, so this costs no memory).
     /// Defaults to 128 MiB.
@@ -118,6 +131,8 @@ impl Default for DbOptions {
             page_bytes: 2 << 10,
             numeric_dictionary_bytes: 8 << 10,
             row_cells: true,
+            compaction_zstd_level: None,
+            compacted_page_bytes: 64 << 10,
             compaction_segment_bytes: 128 << 20,
             auto_compaction: true,
             compaction_trigger_runs: 4,

@@ -25,7 +25,11 @@ pub(crate) struct Storage {
     pub store: Arc<dyn ObjectStore>,
     /// The local directory behind `store`, to fsync new files.
     pub local_root: Option<PathBuf>,
+    /// How flushes write segments.
     pub segment_options: SegmentWriteOptions,
+    /// The ZSTD level of compaction outputs' value columns
+    /// (`DbOptions::compaction_zstd_level`).
+    pub compaction_zstd: Option<i32>,
     /// How segments opened by this database use their checksums.
     pub read_checks: ReadChecks,
     /// Column chunks read from archived segments (`DbOptions::archive_cache_bytes`).
@@ -33,6 +37,15 @@ pub(crate) struct Storage {
 }
 
 impl Storage {
+    /// How compactions write segments: as flushes, with the value and
+    /// system columns under ZSTD.
+    pub fn compaction_options(&self) -> SegmentWriteOptions {
+        SegmentWriteOptions {
+            value_zstd: self.compaction_zstd,
+            ..self.segment_options
+        }
+    }
+
     /// A segment named by a manifest, opened for reading.
     pub fn open_segment(&self, meta: SegmentMeta) -> Arc<Segment> {
         Arc::new(Segment::new(

@@ -83,7 +83,7 @@ impl OutputWriter {
                             sink,
                             &self.table.schema,
                             self.columns.clone(),
-                            self.storage.segment_options,
+                            self.storage.compaction_options(),
                             self.expected_keys,
                         )?;
                         builder.insert((b, (id, path, *run.get_or_insert(id))))

@@ -48,6 +48,13 @@ impl Database {
                 "Database::open must run inside a Tokio runtime (e.g. #[tokio::main])",
             )
         })?;
+        if let Some(level) = options.compaction_zstd_level
+            && !(1..=22).contains(&level)
+        {
+            return Err(Error::param(format!(
+                "DbOptions::compaction_zstd_level {level} is out of range: ZSTD levels are 1 to 22 (None: LZ4)"
+            )));
+        }
         let root = path.as_ref().to_path_buf();
         std::fs::create_dir_all(root.join("wal"))
             .map_err(|e| Error::io(format!("create data directory {}", root.display()), e))?;
@@ -80,7 +87,10 @@ impl Database {
                 page_bytes: options.page_bytes,
                 numeric_dictionary_bytes: options.numeric_dictionary_bytes,
                 cells: options.row_cells,
+                value_zstd: None,
+                value_page_bytes: options.compacted_page_bytes,
             },
+            compaction_zstd: options.compaction_zstd_level,
             read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),
             chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
                 options.archive_cache_bytes,

@@ -10,7 +10,7 @@ use arrow::array::RecordBatch;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Int64Type, Schema, UInt8Type, UInt16Type};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, Encoding};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
@@ -39,6 +39,15 @@ pub(crate) struct SegmentWriteOptions {
     pub numeric_dictionary_bytes: usize,
     /// Write `__cells` (see `cells`). Defaults to true.
     pub cells: bool,
+    /// The value and system leaves (every leaf but `__pk`, the typed key
+    /// columns and `__cells`): ZSTD at this level with pages cut past
+    /// `value_page_bytes`, or (None, the default) LZ4_RAW with pages cut
+    /// like the rest. Point reads never decode these leaves (they read
+    /// `__pk` and `__cells`); scans do, and memtable keys are placed by
+    /// the key leaves, which stay small and LZ4 either way.
+    pub value_zstd: Option<i32>,
+    /// Page limit of the value and system leaves under `value_zstd`.
+    pub value_page_bytes: usize,
 }
 
 impl Default for SegmentWriteOptions {
@@ -49,6 +58,8 @@ impl Default for SegmentWriteOptions {
             page_bytes: 2 << 10,
             numeric_dictionary_bytes: 8 << 10,
             cells: true,
+            value_zstd: None,
+            value_page_bytes: 64 << 10,
         }
     }
 }
@@ -440,10 +451,20 @@ fn writer_properties(
     plain_keys: &[String],
 ) -> WriterProperties {
     let pk = ColumnPath::from(format::PK);
+    // The value and system leaves' codec and page limit (see
+    // `SegmentWriteOptions::value_zstd`); the key leaves and `__cells`
+    // set theirs below.
+    let (codec, value_page_bytes) = match opts.value_zstd {
+        Some(level) => (
+            Compression::ZSTD(ZstdLevel::try_new(level).unwrap_or_default()),
+            opts.value_page_bytes.max(1),
+        ),
+        None => (Compression::LZ4_RAW, opts.page_bytes.max(1)),
+    };
     let mut b = WriterProperties::builder()
         .set_dictionary_enabled(false)
         .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
-        .set_compression(Compression::LZ4_RAW)
+        .set_compression(codec)
         .set_max_row_group_row_count(None)
         .set_max_row_group_bytes(None)
         // Pages are cut by encoded size: plain numbers get 256 rows a page,
@@ -453,13 +474,15 @@ fn writer_properties(
         // column. (A 1-byte limit on `__pk` alone gave one key per page:
         // Parquet sizes byte-array batches by the limit.)
         .set_data_page_row_count_limit(opts.row_group_rows.max(opts.page_rows))
-        .set_data_page_size_limit(opts.page_bytes.max(1))
+        .set_data_page_size_limit(value_page_bytes)
         .set_write_batch_size(opts.page_rows)
         .set_statistics_enabled(EnabledStatistics::Chunk)
         // Exact key bounds: pruning compares against them byte for byte.
         .set_statistics_truncate_length(None)
         .set_column_index_truncate_length(None)
         .set_column_statistics_enabled(pk.clone(), EnabledStatistics::Page)
+        .set_column_compression(pk.clone(), Compression::LZ4_RAW)
+        .set_column_data_page_size_limit(pk.clone(), opts.page_bytes.max(1))
         .set_column_dictionary_enabled(pk.clone(), false)
         // Plain, not prefix-coded: a point get decodes the keys of a page
         // up to its own, and DELTA_BYTE_ARRAY rebuilt each into a fresh
@@ -474,12 +497,16 @@ fn writer_properties(
     let cells = ColumnPath::from(format::CELLS);
     b = b
         .set_column_statistics_enabled(cells.clone(), EnabledStatistics::None)
+        .set_column_compression(cells.clone(), Compression::LZ4_RAW)
         // Twice `page_bytes`: LZ4 finds more repeats in longer pages (11%
         // fewer bytes than at 2 KiB), at no cost to a get measured.
         .set_column_data_page_size_limit(cells, opts.page_bytes.max(1) * 2);
     for c in &table.primary_key {
         let path = ColumnPath::from(c.name.as_str());
-        b = b.set_column_statistics_enabled(path.clone(), EnabledStatistics::Page);
+        b = b
+            .set_column_statistics_enabled(path.clone(), EnabledStatistics::Page)
+            .set_column_compression(path.clone(), Compression::LZ4_RAW)
+            .set_column_data_page_size_limit(path.clone(), opts.page_bytes.max(1));
         if c.pk_type != crate::model::types::PkType::Integer && !plain_keys.contains(&c.name) {
             b = b.set_column_dictionary_enabled(path, true);
         }
@@ -489,6 +516,12 @@ fn writer_properties(
     // page is decoded from its start, so its pages are cut at an eighth of
     // `page_bytes`: about as many values as a plain page holds (at least a
     // write batch), not the thousands 2 KiB of small deltas would hold.
+    // Under `value_zstd` nothing reads them a value at a time: they take
+    // the value leaves' pages.
+    let delta_page_bytes = match opts.value_zstd {
+        Some(_) => value_page_bytes,
+        None => (opts.page_bytes / 8).max(1),
+    };
     for path in [ColumnPath::from(format::SEQ), ColumnPath::from(format::MAX_TS)]
         .into_iter()
         .chain(
@@ -499,7 +532,7 @@ fn writer_properties(
     {
         b = b
             .set_column_encoding(path.clone(), Encoding::DELTA_BINARY_PACKED)
-            .set_column_data_page_size_limit(path, (opts.page_bytes / 8).max(1));
+            .set_column_data_page_size_limit(path, delta_page_bytes);
     }
     for (name, types) in columns {
         for child in ["s", "b"] {

@@ -531,3 +531,140 @@ async fn staged_uploads_left_by_a_crash_are_deleted_on_open() {
     assert_eq!(walkdir(dir.path().join("tables")), segments);
     assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await, rows);
 }
+
+/// The codec of every column chunk of every segment file under `dir`:
+/// (top-level column, codec).
+fn chunk_codecs(dir: &std::path::Path) -> Vec<(String, parquet::basic::Compression)> {
+    use parquet::file::reader::FileReader;
+    let mut out = Vec::new();
+    for f in walkdir(dir.join("tables")) {
+        let r = parquet::file::serialized_reader::SerializedFileReader::new(std::fs::File::open(f).unwrap()).unwrap();
+        for rg in r.metadata().row_groups() {
+            for c in rg.columns() {
+                out.push((c.column_path().parts()[0].clone(), c.compression()));
+            }
+        }
+    }
+    out
+}
+
+/// `DbOptions::compaction_zstd_level`: compaction outputs compress their
+/// value and system columns with ZSTD and keep the key, `__pk` and
+/// `__cells` under LZ4; overwrites, deletes and versions read the same
+/// before and after, and after a reopen. Out-of-range levels are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zstd_compaction_outputs_read_the_same() {
+    use parquet::basic::Compression;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let opts = || DbOptions {
+        compaction_zstd_level: Some(3),
+        row_group_rows: 64,
+        page_bytes: 64,
+        compacted_page_bytes: 512,
+        ..manual(&clock)
+    };
+    let db = Database::open_with(dir.path(), opts()).await.unwrap();
+    let t = card_order_table(
+        &db,
+        TableOptions {
+            max_versions: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    // Three flushes over the same keys: puts, updates with versions,
+    // column deletes and row deletes.
+    for round in 0..3i64 {
+        for i in 0..300i64 {
+            let key = pk(i % 100, &format!("o{}", i % 7));
+            match (i + round) % 5 {
+                0 => t.delete_row(DeleteRow::new(key)).await.map(|_| ()).unwrap(),
+                1 => t
+                    .update_row(UpdateRow::new(key).delete_all("s"))
+                    .await
+                    .map(|_| ())
+                    .unwrap(),
+                2 => t
+                    .update_row(UpdateRow::new(key).put_at("n", i * 10 + round, T0 + round))
+                    .await
+                    .map(|_| ())
+                    .unwrap(),
+                _ => t
+                    .put_row(
+                        PutRow::new(key)
+                            .column("s", format!("v{round}-{i}"))
+                            .column("n", i)
+                            .column("d", i as f64 / 3.0)
+                            .column("b", i % 2 == 0),
+                    )
+                    .await
+                    .map(|_| ())
+                    .unwrap(),
+            }
+        }
+        t.flush().await.unwrap();
+    }
+    let all = || {
+        GetRange::new().options(ReadOptions {
+            max_versions: Some(3),
+            ..Default::default()
+        })
+    };
+    let before = scan_all(&t, all()).await;
+    assert!(before.len() > 50, "{} rows", before.len());
+    assert!(
+        chunk_codecs(dir.path()).iter().all(|(_, c)| *c == Compression::LZ4_RAW),
+        "flushes write LZ4"
+    );
+    t.compact().await.unwrap();
+    assert_eq!(scan_all(&t, all()).await, before, "after the compaction");
+    let codecs = chunk_codecs(dir.path());
+    assert!(!codecs.is_empty());
+    for (col, codec) in &codecs {
+        let lz4 = ["__pk", "__cells", "card", "order"].contains(&col.as_str());
+        assert_eq!(matches!(codec, Compression::ZSTD(_)), !lz4, "column {col} is {codec:?}");
+    }
+    // Point reads (through `__cells`) and SQL (through the columns).
+    for r in before.iter().step_by(7) {
+        let got = t
+            .get_row(GetRow::new(r.primary_key.clone()).options(ReadOptions {
+                max_versions: Some(3),
+                ..Default::default()
+            }))
+            .await
+            .unwrap()
+            .row;
+        assert_eq!(got.as_ref(), Some(r));
+    }
+    let sql = cellar::sql::SqlSession::new(db.clone());
+    let n = sql.query("SELECT count(*) AS n FROM t").await.unwrap();
+    let n = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(n[0].column(0)).value(0);
+    assert_eq!(n as usize, before.len());
+    drop((sql, t));
+    db.close().await.unwrap();
+    let db = Database::open_with(dir.path(), opts()).await.unwrap();
+    let t = db.table("t").unwrap();
+    assert_eq!(scan_all(&t, all()).await, before, "after a reopen");
+    drop(t);
+    db.close().await.unwrap();
+
+    for level in [0, 23] {
+        let other = tempfile::tempdir().unwrap();
+        let opened = Database::open_with(
+            other.path(),
+            DbOptions {
+                compaction_zstd_level: Some(level),
+                ..DbOptions::default()
+            },
+        )
+        .await;
+        let Err(err) = opened else {
+            panic!("level {level} was accepted")
+        };
+        assert!(
+            err.to_string().contains("compaction_zstd_level") && err.to_string().contains("1 to 22"),
+            "{err}"
+        );
+    }
+}

@@ -14,6 +14,8 @@ mod chart;
 mod data;
 mod engines;
 mod report;
+#[path = "../../common/sizes.rs"]
+mod sizes;
 mod workloads;
 
 use std::path::PathBuf;

@@ -291,6 +291,7 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
     let e = engines::open(name, dir.path())?;
     e.settle()?;
     let on_disk = engines::dir_bytes(dir.path());
+    let columns = column_sizes(name, dir.path());
 
     let key = |rng: &mut StdRng| Key::of(&data.record(rng.random_range(0..data.rows)));
     let t = each(&format!("{name} C get"), sizes.reads, sizes.cap, |_| {
@@ -405,6 +406,9 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
     }
     drop(e);
     let mut j = engine_json(name, data.rows, on_disk, results);
+    if !columns.is_empty() {
+        j["column_bytes"] = json!(columns);
+    }
     if read_on == 0 {
         j["read_on"] = json!("key-order load");
     }
@@ -456,6 +460,25 @@ pub fn run_upserts(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path:
 }
 
 /// One engine's results for one data set, as the report reads them.
+/// Compressed bytes per column of the Parquet files under `dir` (a
+/// store that keeps Parquet files: Cellar's segments), also printed on
+/// stderr: the per-column size breakdown of BENCHMARKS.md.
+fn column_sizes(name: &str, dir: &std::path::Path) -> Vec<(String, u64)> {
+    let (cols, total) = crate::sizes::column_bytes(dir);
+    if !cols.is_empty() {
+        let parts: Vec<String> = cols
+            .iter()
+            .map(|(c, b)| format!("{c} {:.2}", *b as f64 / 1e6))
+            .collect();
+        eprintln!(
+            "{name}: {:.1} MB of Parquet files; MB per column: {}",
+            total as f64 / 1e6,
+            parts.join(", ")
+        );
+    }
+    cols
+}
+
 fn engine_json(name: &str, rows: u64, on_disk: u64, results: Vec<Json>) -> Json {
     json!({
         "engine": name,
