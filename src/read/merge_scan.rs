@@ -25,7 +25,7 @@ enum Feed {
         mem: Arc<Memtable>,
         resume: Option<Vec<u8>>,
     },
-    Seg(SegmentCursor),
+    Seg(Box<SegmentCursor>),
 }
 
 struct Source {
@@ -61,7 +61,12 @@ impl MergeScan {
             sources.push(Source {
                 age,
                 buf: VecDeque::new(),
-                feed: Feed::Seg(SegmentCursor::new(seg.clone(), range.clone(), backward, columns)),
+                feed: Feed::Seg(Box::new(SegmentCursor::new(
+                    seg.clone(),
+                    range.clone(),
+                    backward,
+                    columns,
+                ))),
                 done: false,
                 unread_from: Some(from.clone()),
             });

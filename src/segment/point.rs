@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parquet::column::reader::ColumnReaderImpl;
-use parquet::data_type::{BoolType, ByteArrayType, DataType, DoubleType, Int32Type, Int64Type};
+use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DataType, DoubleType, Int32Type, Int64Type};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::serialized_reader::SerializedPageReader;
@@ -39,6 +39,19 @@ pub(crate) struct RowGroupFile<'a> {
     pub rg: usize,
     /// For error messages.
     pub path: &'a str,
+}
+
+/// Readers of a row group's `__pk` and `__cells` leaves, kept open across
+/// the windows of a range read so that each page is decompressed once.
+pub(crate) struct CellsReaders {
+    /// The row group they read.
+    pub rg: usize,
+    /// The row they stand at.
+    pub next: usize,
+    pk_def: i16,
+    cells_def: i16,
+    pk: ColumnReaderImpl<ByteArrayType>,
+    cells: ColumnReaderImpl<ByteArrayType>,
 }
 
 /// The values of one leaf for a run of rows, nulls as `None`.
@@ -129,6 +142,16 @@ impl RowGroupFile<'_> {
             return Ok(vec![v; rows.len()]);
         }
         let mut reader = self.reader::<T>(leaf, &rows)?;
+        self.read_from(&mut reader, max_def, rows)
+    }
+
+    /// The values of `rows` from `reader`, which stands at `rows.start`.
+    fn read_from<T: DataType>(
+        &self,
+        reader: &mut ColumnReaderImpl<T>,
+        max_def: i16,
+        rows: Range<usize>,
+    ) -> Result<Leaf<T::T>> {
         let n = rows.len();
         let mut defs = Vec::with_capacity(n);
         let mut values = Vec::with_capacity(n);
@@ -236,22 +259,37 @@ impl RowGroupFile<'_> {
         decode_cells(cells.data(), names, columns).map_err(|e| self.err(e.message()))
     }
 
-    /// Calls `f(key, cells)` for every row of `rows` that starts a key (the
+    /// Readers of `__pk` (leaf `pk_leaf`) and `__cells` (leaf
+    /// `cells_leaf`) standing at `rows.start`, over the pages of `rows`.
+    pub fn open_cells(&self, pk_leaf: usize, cells_leaf: usize, rows: Range<usize>) -> Result<CellsReaders> {
+        Ok(CellsReaders {
+            rg: self.rg,
+            next: rows.start,
+            pk_def: self.leaf::<ByteArrayType>(pk_leaf)?.max_def_level(),
+            cells_def: self.leaf::<ByteArrayType>(cells_leaf)?.max_def_level(),
+            pk: self.reader::<ByteArrayType>(pk_leaf, &rows)?,
+            cells: self.reader::<ByteArrayType>(cells_leaf, &rows)?,
+        })
+    }
+
+    /// Reads the next `n` rows from `readers` (opened on this row group)
+    /// and calls `f(key, cells)` for each of them that starts a key (the
     /// other rows of a key have no `__cells`), in key order, until it
-    /// breaks.
+    /// breaks. The readers stand after the `n` rows either way.
     pub fn each_cells(
         &self,
-        pk_leaf: usize,
-        cells_leaf: usize,
-        rows: Range<usize>,
-        mut f: impl FnMut(&[u8], &[u8]) -> Result<std::ops::ControlFlow<()>>,
+        readers: &mut CellsReaders,
+        n: usize,
+        mut f: impl FnMut(&ByteArray, &ByteArray) -> Result<std::ops::ControlFlow<()>>,
     ) -> Result<()> {
-        let keys = self.read::<ByteArrayType>(pk_leaf, rows.clone())?;
-        let cells = self.read::<ByteArrayType>(cells_leaf, rows)?;
+        let rows = readers.next..readers.next + n;
+        let keys = self.read_from(&mut readers.pk, readers.pk_def, rows.clone())?;
+        let cells = self.read_from(&mut readers.cells, readers.cells_def, rows.clone())?;
+        readers.next = rows.end;
         for (k, c) in keys.iter().zip(&cells) {
             if let Some(c) = c {
                 let k = k.as_ref().ok_or_else(|| self.err("__pk is null"))?;
-                if f(k.data(), c.data())?.is_break() {
+                if f(k, c)?.is_break() {
                     break;
                 }
             }

@@ -28,7 +28,7 @@ use parquet::file::page_index::offset_index::PageLocation;
 use super::Segment;
 use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
-use super::point::{RowGroupFile, partition};
+use super::point::{CellsReaders, RowGroupFile, partition};
 use super::reader::{MappedRange, SegmentFileReader, pk_bounds, row_group_overlaps};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
@@ -342,7 +342,21 @@ pub(crate) struct SegmentCursor {
     pending: Option<VecDeque<(usize, Range<usize>)>>,
     window: usize,
     carry: Option<(Vec<u8>, RowState)>,
+    /// The `__pk` and `__cells` readers of the row group being read (a
+    /// mapped file with `__cells`): the next window goes on from where
+    /// the last one ended instead of decompressing its pages again.
+    open: Option<CellsReaders>,
+    /// Keys in range read from `__cells` and not decoded yet, in scan
+    /// order: a chunk decodes `decode_keys` of them, so that a GetRange
+    /// with a small limit decodes about as many states as it returns,
+    /// not a window's worth.
+    raw: VecDeque<(parquet::data_type::ByteArray, parquet::data_type::ByteArray)>,
+    decode_keys: usize,
 }
+
+/// States decoded by a cursor's first chunk from `__cells` (doubling in
+/// each chunk after it).
+const FIRST_DECODE_KEYS: usize = 16;
 
 /// A GetRange with a small limit decodes a window or two: each key's state
 /// is decoded whole (from `__cells` or the columns) as it is read.
@@ -359,6 +373,9 @@ impl SegmentCursor {
             pending: None,
             window: FIRST_WINDOW_ROWS,
             carry: None,
+            open: None,
+            raw: VecDeque::new(),
+            decode_keys: FIRST_DECODE_KEYS,
         }
     }
 
@@ -383,6 +400,9 @@ impl SegmentCursor {
             });
         }
         loop {
+            if !self.raw.is_empty() {
+                return self.decode_raw(md).map(Some);
+            }
             let backward = self.backward;
             let step = self.window;
             let Some(pending) = self.pending.as_mut() else {
@@ -397,6 +417,7 @@ impl SegmentCursor {
             } else {
                 rows.start..rows.end.min(rows.start.saturating_add(step))
             };
+            let group_end = rows.end;
             rows.start = window.end;
             let last_of_group = rows.start >= rows.end;
             if last_of_group {
@@ -404,7 +425,7 @@ impl SegmentCursor {
             }
             self.window = self.window.saturating_mul(2).min(1 << 16);
             let mut states: Vec<_> = self.carry.take().into_iter().collect();
-            let read = self.read_rows(&meta, rg, window, &mut states).await?;
+            let read = self.read_rows(&meta, rg, window, group_end, &mut states).await?;
             if read.past_end && !self.backward {
                 // Keys ascend: nothing later is in the range.
                 if let Some(p) = self.pending.as_mut() {
@@ -424,11 +445,29 @@ impl SegmentCursor {
         }
     }
 
+    /// Decodes the next `decode_keys` states of `raw` (not empty).
+    fn decode_raw(&mut self, md: &ParquetMetaData) -> Result<Vec<(Vec<u8>, RowState)>> {
+        let names = self.seg.attribute_names(md);
+        let n = self.decode_keys.min(self.raw.len());
+        self.decode_keys = self.decode_keys.saturating_mul(2).min(1 << 16);
+        self.raw
+            .drain(..n)
+            .map(|(key, cells)| {
+                let st = super::cells::decode_cells(cells.data(), &names, self.columns.as_deref())
+                    .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
+                Ok((key.data().to_vec(), st))
+            })
+            .collect()
+    }
+
+    /// Reads `rows` of row group `rg`, whose selected rows end at
+    /// `group_end`, into `out`.
     async fn read_rows(
-        &self,
+        &mut self,
         meta: &ArrowReaderMetadata,
         rg: usize,
         rows: Range<usize>,
+        group_end: usize,
         out: &mut Vec<(Vec<u8>, RowState)>,
     ) -> Result<WindowRead> {
         let md = meta.metadata();
@@ -437,22 +476,28 @@ impl SegmentCursor {
         if let Some(file) = self.seg.local_file()? {
             let group = self.seg.row_group_file(&mapped_bytes(&file), md, rg);
             if let Some(cells) = group.cells_leaf() {
-                let columns = self.columns.as_deref();
-                let names = self.seg.attribute_names(md);
                 let mut past_end = false;
-                group.each_cells(0, cells, rows, |key, c| {
-                    if self.range.hi.as_deref().is_some_and(|hi| key >= hi) {
+                let first = self.raw.len();
+                // Taken: an error leaves no half-read readers behind.
+                let mut open = match self.open.take() {
+                    Some(o) if o.rg == rg && o.next == rows.start => o,
+                    _ => group.open_cells(0, cells, rows.start..group_end.max(rows.end))?,
+                };
+                group.each_cells(&mut open, rows.len(), |key, c| {
+                    if self.range.hi.as_deref().is_some_and(|hi| key.data() >= hi) {
                         past_end = true;
                         return Ok(std::ops::ControlFlow::Break(()));
                     }
-                    if self.range.contains(key) {
-                        let st = super::cells::decode_cells(c, &names, columns).map_err(|e| {
-                            Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message()))
-                        })?;
-                        out.push((key.to_vec(), st));
+                    if self.range.contains(key.data()) {
+                        self.raw.push_back((key.clone(), c.clone()));
                     }
                     Ok(std::ops::ControlFlow::Continue(()))
                 })?;
+                self.open = Some(open);
+                if self.backward {
+                    // Read in key order; handed out in scan order.
+                    self.raw.make_contiguous()[first..].reverse();
+                }
                 // Each key's `__cells` is its whole state.
                 return Ok(WindowRead {
                     whole_keys: true,

@@ -480,12 +480,7 @@ async fn a_merge_keeps_every_version_across_batches_columns_and_types() {
     t.flush().await.unwrap();
     write((1..12000).step_by(2).chain(0..300).collect(), true).await;
     t.flush().await.unwrap();
-    let all = || {
-        GetRange::new().options(ReadOptions {
-            max_versions: Some(3),
-            ..Default::default()
-        })
-    };
+    let all = || three_versions(GetRange::new());
     let before = scan_all(&t, all()).await;
     assert_eq!(before.len(), 12000);
     // Keys 0..300 hold 3 double versions (newer) over 3 integer ones: the
@@ -530,6 +525,14 @@ async fn staged_uploads_left_by_a_crash_are_deleted_on_open() {
     assert!(!staged.exists());
     assert_eq!(walkdir(dir.path().join("tables")), segments);
     assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await, rows);
+}
+
+/// `req` reading up to 3 versions of each column.
+fn three_versions(req: GetRange) -> GetRange {
+    req.options(ReadOptions {
+        max_versions: Some(3),
+        ..Default::default()
+    })
 }
 
 /// The codec of every column chunk of every segment file under `dir`:
@@ -605,12 +608,7 @@ async fn zstd_compaction_outputs_read_the_same() {
         }
         t.flush().await.unwrap();
     }
-    let all = || {
-        GetRange::new().options(ReadOptions {
-            max_versions: Some(3),
-            ..Default::default()
-        })
-    };
+    let all = || three_versions(GetRange::new());
     let before = scan_all(&t, all()).await;
     assert!(before.len() > 50, "{} rows", before.len());
     assert!(
