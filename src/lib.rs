@@ -45,7 +45,7 @@ pub use archive::{TransferProgress, TransferReport};
 pub use check::{CheckOptions, CheckReport, FileCheck, FileState, check, check_with};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::queued::QueuedWrites;
-pub use db::table::{Table, TableStats};
+pub use db::table::{ColumnSize, Table, TableStats};
 pub use db::transaction::Transaction;
 pub use db::{
     ArchiveOnDrop, Database, MaintenanceAction, MaintenanceStep, Series, SeriesOptions, TableDescription, TableListing,

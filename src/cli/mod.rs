@@ -219,6 +219,10 @@ pub enum Command {
         /// Add storage counters under "stats"
         #[arg(long)]
         stats: bool,
+        /// Add the bytes each column takes in the table's segments (from
+        /// their Parquet footers) under "column_sizes", largest first
+        #[arg(long)]
+        sizes: bool,
     },
     /// Apply NDJSON operations from FILE or stdin
     Write {
@@ -459,7 +463,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 }
             }
         }
-        Command::Describe { table, stats } => {
+        Command::Describe { table, stats, sizes } => {
             let d = db.describe_table(&table)?;
             let pk: Vec<Json> = d
                 .schema
@@ -499,6 +503,13 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     "last_flush_error": s.last_flush_error,
                     "last_compaction_error": s.last_compaction_error,
                 });
+            }
+            if sizes {
+                let cols = db.table(&table)?.column_sizes().await?;
+                j["column_sizes"] = cols
+                    .iter()
+                    .map(|c| json!({"column": c.column, "bytes": c.bytes, "uncompressed_bytes": c.uncompressed_bytes}))
+                    .collect();
             }
             writeln!(out, "{j}").map_err(io)?;
         }

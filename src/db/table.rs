@@ -75,6 +75,19 @@ pub struct TableStats {
     pub last_compaction_error: Option<String>,
 }
 
+/// The bytes one column takes in a table's segments (see
+/// [`Table::column_sizes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnSize {
+    /// A column of the segment layout: a key or attribute column, or one of
+    /// Cellar's own (`__pk`, `__cells`, `__seq`, ...; `docs/format.md`).
+    pub column: String,
+    /// Bytes on disk (compressed), over every segment.
+    pub bytes: u64,
+    /// Bytes once decompressed.
+    pub uncompressed_bytes: u64,
+}
+
 impl Table {
     pub(crate) fn new(db: Arc<DbInner>, inner: Arc<TableInner>) -> Self {
         Table { db, inner }
@@ -272,6 +285,32 @@ impl Table {
     pub async fn compact_newest(&self, runs: usize) -> Result<bool> {
         self.check_live()?;
         self.db.compact_table(&self.inner, compaction::Pick::Newest(runs)).await
+    }
+
+    /// Where the table's segment bytes go: each column's bytes over every
+    /// segment, read from their Parquet footers, largest first (memtables
+    /// are not counted). An archived table's footers are fetched once.
+    pub async fn column_sizes(&self) -> Result<Vec<ColumnSize>> {
+        self.check_live()?;
+        let segments = self.inner.state.read().segments.clone();
+        let mut out: Vec<ColumnSize> = Vec::new();
+        for seg in segments.iter() {
+            for (column, bytes, uncompressed_bytes) in seg.column_bytes().await? {
+                match out.iter_mut().find(|c| c.column == column) {
+                    Some(c) => {
+                        c.bytes += bytes;
+                        c.uncompressed_bytes += uncompressed_bytes;
+                    }
+                    None => out.push(ColumnSize {
+                        column,
+                        bytes,
+                        uncompressed_bytes,
+                    }),
+                }
+            }
+        }
+        out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.column.cmp(&b.column)));
+        Ok(out)
     }
 
     /// Storage counters.

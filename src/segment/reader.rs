@@ -23,6 +23,28 @@ use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
 
 impl Segment {
+    /// Bytes per top-level column of this segment, from its footer:
+    /// (column, compressed, uncompressed), in schema order. Struct
+    /// columns sum their leaves.
+    pub async fn column_bytes(&self) -> Result<Vec<(String, u64, u64)>> {
+        let md = self.reader_metadata().await?.metadata().clone();
+        let mut out: Vec<(String, u64, u64)> = Vec::new();
+        for rg in md.row_groups() {
+            for c in rg.columns() {
+                let top = &c.column_path().parts()[0];
+                let (z, u) = (c.compressed_size().max(0) as u64, c.uncompressed_size().max(0) as u64);
+                match out.iter_mut().find(|(name, _, _)| name == top) {
+                    Some(e) => {
+                        e.1 += z;
+                        e.2 += u;
+                    }
+                    None => out.push((top.clone(), z, u)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The Parquet footer with its page index, read once and cached.
     pub async fn reader_metadata(&self) -> Result<&ArrowReaderMetadata> {
         self.reader_meta

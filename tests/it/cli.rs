@@ -246,6 +246,21 @@ fn write_get_and_scan_formats() {
     assert!(d["stats"]["compaction_bytes"].as_u64().unwrap() > 0);
     assert!(d["stats"]["compaction_read_bytes"].as_u64().unwrap() > 0);
     assert!(d["stats"]["last_compaction_error"].is_null());
+    // `--sizes`: every column's bytes from the segment footers, largest
+    // first, summing to about the segment's size (the footer is the rest).
+    let d: serde_json::Value = serde_json::from_str(&c.ok(&["describe", "t", "--sizes"])).unwrap();
+    let cols = d["column_sizes"].as_array().unwrap();
+    let names: Vec<&str> = cols.iter().map(|c| c["column"].as_str().unwrap()).collect();
+    for want in ["__pk", "__cells", "card", "order"] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let bytes: Vec<u64> = cols.iter().map(|c| c["bytes"].as_u64().unwrap()).collect();
+    assert!(bytes.windows(2).all(|w| w[0] >= w[1]), "{bytes:?}");
+    assert!(cols.iter().all(|c| c["uncompressed_bytes"].as_u64().unwrap() > 0));
+    let total: u64 = bytes.iter().sum();
+    let seg = segment_bytes_of_t(&c);
+    assert!(total > 0 && total < seg, "columns {total} of a {seg}-byte segment");
+    assert!(d.get("stats").is_none(), "--sizes alone adds no stats");
     assert_eq!(cards(c.ok(&["scan", "t"])).len(), 7);
     let o = c.run(&["scan", "t", "--start", r#"{"order":"x"}"#]);
     assert_eq!(o.status.code(), Some(2));
@@ -422,4 +437,10 @@ fn demo_runs_every_query_and_is_safe_to_rerun() {
     assert!(second.contains("exists"), "{second}");
     let n = c.ok(&["sql", "--format", "csv", "-c", "SELECT count(*) AS n FROM consumption"]);
     assert_eq!(n, "n\n20000\n");
+}
+
+/// `describe TABLE --stats`' segment bytes of table `t`.
+fn segment_bytes_of_t(c: &Cli) -> u64 {
+    let d: serde_json::Value = serde_json::from_str(&c.ok(&["describe", "t", "--stats"])).unwrap();
+    d["stats"]["segment_bytes"].as_u64().unwrap()
 }
