@@ -48,6 +48,15 @@ pub struct DbOptions {
     /// `docs/format.md`). Off saves its space (for tables only ever
     /// scanned); reads then decode the columns. Defaults to true.
     pub row_cells: bool,
+    /// How segments compress their value and system columns (every column
+    /// but the key, `__pk` and `__cells`, which stay LZ4). Those columns are
+    /// already dictionary-, run- or delta-encoded, and SQL scans decode
+    /// them whole: without a codec on top, quiet scans ran 1.2-1.4x and
+    /// scans over fresh writes 1.3-1.4x faster in `benches/compare`, for
+    /// 20% more disk (BENCHMARKS.md, "Value columns uncompressed").
+    /// Point reads do not read them. Defaults to
+    /// [`ValueCompression::None`].
+    pub value_compression: ValueCompression,
     /// Compaction outputs compress their value and system columns (every
     /// column but the key, `__pk` and `__cells`) with ZSTD at this level
     /// (1-22), in pages of `compacted_page_bytes`, as RocksDB's
@@ -55,8 +64,8 @@ pub struct DbOptions {
     /// and `__cells`, keep their speed; SQL scans of compacted data pay
     /// the decompression (1.2-1.9x slower in `benches/compare`) for 10-16%
     /// less disk overall, several times less in columns of repeated values
-    /// (BENCHMARKS.md, "Compaction outputs under ZSTD"). For cold tables
-    /// scanned rarely. Defaults to `None`: LZ4, as flushes write them.
+    /// (BENCHMARKS.md, "ZSTD for compaction outputs"). For cold tables
+    /// scanned rarely. Defaults to `None`: as `value_compression` says.
     pub compaction_zstd_level: Option<i32>,
     /// Page size of the ZSTD-compressed columns of compaction outputs (see
     /// `compaction_zstd_level`). Defaults to 64 KiB.
@@ -119,6 +128,17 @@ pub struct DbOptions {
     pub archive_cache_bytes: usize,
 }
 
+/// A codec for segments' value and system columns
+/// (`DbOptions::value_compression`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ValueCompression {
+    /// Pages stored as encoded (dictionary, run-length, delta).
+    #[default]
+    None,
+    /// LZ4 (raw blocks) over the encoded pages.
+    Lz4,
+}
+
 impl Default for DbOptions {
     fn default() -> Self {
         DbOptions {
@@ -131,6 +151,7 @@ impl Default for DbOptions {
             page_bytes: 2 << 10,
             numeric_dictionary_bytes: 8 << 10,
             row_cells: true,
+            value_compression: ValueCompression::None,
             compaction_zstd_level: None,
             compacted_page_bytes: 64 << 10,
             compaction_segment_bytes: 128 << 20,

@@ -89,6 +89,7 @@ impl Database {
                 cells: options.row_cells,
                 value_zstd: None,
                 value_page_bytes: options.compacted_page_bytes,
+                value_lz4: options.value_compression == crate::options::ValueCompression::Lz4,
             },
             compaction_zstd: options.compaction_zstd_level,
             read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),

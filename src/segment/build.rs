@@ -41,13 +41,16 @@ pub(crate) struct SegmentWriteOptions {
     pub cells: bool,
     /// The value and system leaves (every leaf but `__pk`, the typed key
     /// columns and `__cells`): ZSTD at this level with pages cut past
-    /// `value_page_bytes`, or (None, the default) LZ4_RAW with pages cut
-    /// like the rest. Point reads never decode these leaves (they read
+    /// `value_page_bytes`, or (None, the default) as `value_lz4` says with
+    /// pages cut like the rest. Point reads never decode these leaves (they read
     /// `__pk` and `__cells`); scans do, and memtable keys are placed by
     /// the key leaves, which stay small and LZ4 either way.
     pub value_zstd: Option<i32>,
     /// Page limit of the value and system leaves under `value_zstd`.
     pub value_page_bytes: usize,
+    /// Without `value_zstd`: LZ4 on the value and system leaves (else
+    /// they are stored as encoded). Defaults to false.
+    pub value_lz4: bool,
 }
 
 impl Default for SegmentWriteOptions {
@@ -60,6 +63,7 @@ impl Default for SegmentWriteOptions {
             cells: true,
             value_zstd: None,
             value_page_bytes: 64 << 10,
+            value_lz4: false,
         }
     }
 }
@@ -459,7 +463,8 @@ fn writer_properties(
             Compression::ZSTD(ZstdLevel::try_new(level).unwrap_or_default()),
             opts.value_page_bytes.max(1),
         ),
-        None => (Compression::LZ4_RAW, opts.page_bytes.max(1)),
+        None if opts.value_lz4 => (Compression::LZ4_RAW, opts.page_bytes.max(1)),
+        None => (Compression::UNCOMPRESSED, opts.page_bytes.max(1)),
     };
     let mut b = WriterProperties::builder()
         .set_dictionary_enabled(false)

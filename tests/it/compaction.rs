@@ -527,6 +527,35 @@ async fn staged_uploads_left_by_a_crash_are_deleted_on_open() {
     assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await, rows);
 }
 
+/// The columns segments keep under LZ4 whatever the value codec.
+const KEY_LEAVES: [&str; 4] = ["__pk", "__cells", "card", "order"];
+
+/// `value_compression: Lz4` puts LZ4 on every column of a flush, and the
+/// rows read back the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lz4_value_columns_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let opts = DbOptions {
+        value_compression: ValueCompression::Lz4,
+        ..manual(&clock)
+    };
+    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    put_range(&t, 0..200, "x").await;
+    let before = scan_all(&t, GetRange::new()).await;
+    t.flush().await.unwrap();
+    let codecs = chunk_codecs(dir.path());
+    assert!(codecs.len() > 4);
+    assert!(
+        codecs.iter().all(|(_, c)| *c == parquet::basic::Compression::LZ4_RAW),
+        "{codecs:?}"
+    );
+    assert_eq!(scan_all(&t, GetRange::new()).await, before);
+    drop(t);
+    db.close().await.unwrap();
+}
+
 /// `req` reading up to 3 versions of each column.
 fn three_versions(req: GetRange) -> GetRange {
     req.options(ReadOptions {
@@ -611,16 +640,22 @@ async fn zstd_compaction_outputs_read_the_same() {
     let all = || three_versions(GetRange::new());
     let before = scan_all(&t, all()).await;
     assert!(before.len() > 50, "{} rows", before.len());
-    assert!(
-        chunk_codecs(dir.path()).iter().all(|(_, c)| *c == Compression::LZ4_RAW),
-        "flushes write LZ4"
-    );
+    // Flushes: the key leaves, `__pk` and `__cells` LZ4, the value and
+    // system leaves as encoded (`DbOptions::value_compression`).
+    for (col, codec) in chunk_codecs(dir.path()) {
+        let want = if KEY_LEAVES.contains(&col.as_str()) {
+            Compression::LZ4_RAW
+        } else {
+            Compression::UNCOMPRESSED
+        };
+        assert_eq!(codec, want, "flushed column {col}");
+    }
     t.compact().await.unwrap();
     assert_eq!(scan_all(&t, all()).await, before, "after the compaction");
     let codecs = chunk_codecs(dir.path());
     assert!(!codecs.is_empty());
     for (col, codec) in &codecs {
-        let lz4 = ["__pk", "__cells", "card", "order"].contains(&col.as_str());
+        let lz4 = KEY_LEAVES.contains(&col.as_str());
         assert_eq!(matches!(codec, Compression::ZSTD(_)), !lz4, "column {col} is {codec:?}");
     }
     // Point reads (through `__cells`) and SQL (through the columns).
