@@ -52,8 +52,10 @@ pub struct DbOptions {
     /// but the key, `__pk` and `__cells`, which stay LZ4). Those columns are
     /// already dictionary-, run- or delta-encoded, and SQL scans decode
     /// them whole: without a codec on top, quiet scans ran 1.2-1.4x and
-    /// scans over fresh writes 1.3-1.4x faster in `benches/compare`, for
-    /// 20% more disk (BENCHMARKS.md, "Value columns uncompressed").
+    /// scans over fresh writes 1.3-1.5x faster in `benches/compare`, for
+    /// 20% more disk; on repetitive values (`benches/sql`) scans were as
+    /// fast either way and LZ4 saved a third of the disk
+    /// (BENCHMARKS.md, "Value columns uncompressed").
     /// Point reads do not read them. Defaults to
     /// [`ValueCompression::None`].
     pub value_compression: ValueCompression,
