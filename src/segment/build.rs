@@ -497,6 +497,12 @@ fn writer_properties(
         .set_column_bloom_filter_enabled(pk.clone(), true)
         .set_column_bloom_filter_fpp(pk.clone(), 0.01)
         .set_column_bloom_filter_max_ndv(pk, keys.clamp(1, opts.row_group_rows) as u64);
+    // `__rank` and `__row`: a handful of distinct values (mostly 0), as
+    // dictionary codes in runs: a few bytes a page, where plain 1- and
+    // 2-byte values cost a byte or two a row without a codec on top.
+    for path in [ColumnPath::from(format::RANK), ColumnPath::from(format::ROW)] {
+        b = b.set_column_dictionary_enabled(path, true);
+    }
     // `__cells`: read one value at a time by point reads, never by scans;
     // no statistics (they would copy whole rows into the footer).
     let cells = ColumnPath::from(format::CELLS);
