@@ -53,7 +53,7 @@ pub struct DbOptions {
     /// already dictionary-, run- or delta-encoded, and SQL scans decode
     /// them whole: without a codec on top, quiet scans ran 1.2-1.4x and
     /// scans over fresh writes 1.3-1.5x faster in `benches/compare`, for
-    /// 20% more disk; on repetitive values (`benches/sql`) scans were as
+    /// 11% more disk; on repetitive values (`benches/sql`) scans were as
     /// fast either way and LZ4 saved a third of the disk
     /// (BENCHMARKS.md, "Value columns uncompressed").
     /// Point reads do not read them. Defaults to
