@@ -109,19 +109,15 @@ pub fn bench_dir() -> tempfile::TempDir {
 
 mod sizes;
 #[allow(unused_imports)] // not every bench binary reports sizes
-pub use sizes::column_bytes;
+pub use sizes::{column_bytes, mb_per_column};
 
 /// Prints [`column_bytes`] as one line.
 #[allow(dead_code)] // not every bench binary reports sizes
 pub fn print_column_bytes(label: &str, dir: &std::path::Path) {
     let (cols, total) = column_bytes(dir);
-    let parts: Vec<String> = cols
-        .iter()
-        .map(|(c, b)| format!("{c} {:.1}", *b as f64 / 1e6))
-        .collect();
     println!(
         "{label}: {:.1} MB in segment files; MB per column: {}",
         total as f64 / 1e6,
-        parts.join(", ")
+        mb_per_column(&cols, 1)
     );
 }

@@ -36,3 +36,13 @@ pub fn column_bytes(dir: &std::path::Path) -> (Vec<(String, u64)>, u64) {
     v.sort_by_key(|c| std::cmp::Reverse(c.1));
     (v, total)
 }
+
+/// `cols` as one line: "NAME MB, NAME MB, ..." with `decimals` places.
+#[allow(dead_code)] // not every bench binary reports sizes
+pub fn mb_per_column(cols: &[(String, u64)], decimals: usize) -> String {
+    let parts: Vec<String> = cols
+        .iter()
+        .map(|(c, b)| format!("{c} {:.*}", decimals, *b as f64 / 1e6))
+        .collect();
+    parts.join(", ")
+}

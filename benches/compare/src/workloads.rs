@@ -466,14 +466,10 @@ pub fn run_upserts(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path:
 fn column_sizes(name: &str, dir: &std::path::Path) -> Vec<(String, u64)> {
     let (cols, total) = crate::sizes::column_bytes(dir);
     if !cols.is_empty() {
-        let parts: Vec<String> = cols
-            .iter()
-            .map(|(c, b)| format!("{c} {:.2}", *b as f64 / 1e6))
-            .collect();
         eprintln!(
             "{name}: {:.1} MB of Parquet files; MB per column: {}",
             total as f64 / 1e6,
-            parts.join(", ")
+            crate::sizes::mb_per_column(&cols, 2)
         );
     }
     cols
