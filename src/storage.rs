@@ -9,6 +9,9 @@
 //! path and, on a local disk, fsynced together with its directory, so it
 //! survives a power cut; nothing is visible under the path before that.
 //! The format of what is written is the caller's (see `docs/format.md`).
+//! On a local disk, running compactions together never claim more than
+//! the free space minus what flushes and the WAL need
+//! ([`Storage::reserve_for_compaction`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +37,9 @@ pub(crate) struct Storage {
     pub read_checks: ReadChecks,
     /// Column chunks read from archived segments (`DbOptions::archive_cache_bytes`).
     pub chunk_cache: Arc<crate::segment::chunk_cache::ChunkCache>,
+    /// Bytes of disk that running compactions may still write (see
+    /// [`Storage::reserve_for_compaction`]).
+    pub compaction_reserved: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Storage {
@@ -46,6 +52,47 @@ impl Storage {
         }
     }
 
+    /// Bytes free to this process on the file system of `local_root`;
+    /// `None` when the store is not a local disk or the system did not say.
+    pub fn free_bytes(&self) -> Option<u64> {
+        self.local_root.as_deref().and_then(free_bytes)
+    }
+
+    /// Claims room for a compaction that may write `output` bytes, so that
+    /// it cannot fill the disk that flushes and WAL appends need: refused
+    /// (with what was needed and what is free) unless `output`, what other
+    /// running compactions claimed and `keep_free` all fit in the free
+    /// space. Claims nothing where free space is unknown (not a local disk).
+    /// The claim lasts as long as the returned guard.
+    pub fn reserve_for_compaction(&self, output: u64, keep_free: u64) -> Result<CompactionRoom> {
+        use std::sync::atomic::Ordering;
+        let Some(free) = self.free_bytes() else {
+            return Ok(CompactionRoom(None));
+        };
+        let others = self.compaction_reserved.fetch_add(output, Ordering::AcqRel);
+        let room = CompactionRoom(Some((self.compaction_reserved.clone(), output)));
+        if free >= output.saturating_add(others).saturating_add(keep_free) {
+            return Ok(room);
+        }
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let dir = self.local_root.as_deref().unwrap_or(std::path::Path::new(""));
+        Err(Error::new(
+            crate::error::ErrorKind::Io,
+            format!(
+                "not enough free space to compact: {:.1} MiB free in {}, and the merge needs up to {:.1} MiB (the size of its inputs){} while {:.1} MiB stay free for flushes and the WAL; free some space, or the table stays uncompacted (reads merge more segments)",
+                mib(free),
+                dir.display(),
+                mib(output),
+                if others > 0 {
+                    format!(" besides {:.1} MiB for compactions already running", mib(others))
+                } else {
+                    String::new()
+                },
+                mib(keep_free),
+            ),
+        ))
+    }
+
     /// A segment named by a manifest, opened for reading.
     pub fn open_segment(&self, meta: SegmentMeta) -> Arc<Segment> {
         Arc::new(Segment::new(
@@ -55,6 +102,37 @@ impl Storage {
             self.read_checks,
         ))
     }
+}
+
+/// Disk room a compaction claimed ([`Storage::reserve_for_compaction`]),
+/// given back when dropped.
+pub(crate) struct CompactionRoom(Option<(Arc<std::sync::atomic::AtomicU64>, u64)>);
+
+impl Drop for CompactionRoom {
+    fn drop(&mut self) {
+        if let Some((reserved, bytes)) = &self.0 {
+            reserved.fetch_sub(*bytes, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
+/// Bytes free to unprivileged users on the file system holding `dir`.
+#[cfg(unix)]
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and
+    // `st` is a plain C struct that statvfs fills in (all-zero is a valid
+    // value of it).
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    #[allow(clippy::unnecessary_cast)] // the field types differ by platform
+    (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+#[cfg(not(unix))]
+fn free_bytes(_dir: &std::path::Path) -> Option<u64> {
+    None
 }
 
 /// Writes an object and, on a local disk, fsyncs it and its directory.

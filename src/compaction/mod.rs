@@ -31,7 +31,9 @@
 //! that flushes or writes wait for: only the commit (a manifest version
 //! swapping inputs for outputs) takes the table's manifest lock. A failure
 //! before the commit deletes the outputs written so far and leaves the
-//! table as it was.
+//! table as it was. On a local disk a compaction starts only with room for
+//! its inputs' size besides `keep_free_bytes`, so it cannot fill the disk
+//! that flushes need.
 //!
 //! Parts: [`policy`] picks the span, [`merge`] merges it under the rules of
 //! [`garbage`], [`output`] writes the results; the commit goes through
@@ -70,6 +72,9 @@ pub(crate) struct CompactParams<'a> {
     pub policy: Policy,
     /// Set when the database closes: the compaction stops and cleans up.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Disk space a compaction leaves free for flushes and WAL appends: it
+    /// starts only if its inputs' size fits besides this (on a local disk).
+    pub keep_free_bytes: u64,
 }
 
 /// Runs one compaction of `table`. Returns false when there was nothing to
@@ -121,6 +126,10 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
         )
     };
     let inputs: Vec<Arc<Segment>> = segs[span.clone()].to_vec();
+    // The outputs are at most the inputs' size; they must not take the
+    // space acknowledged writes need to reach a segment.
+    let input_bytes = inputs.iter().map(|s| s.meta.size_bytes).sum();
+    let _room = p.storage.reserve_for_compaction(input_bytes, p.keep_free_bytes)?;
     let older = covered(&segs[..span.start]);
     let mut outputs: Vec<SegmentMeta> = Vec::new();
     let merged = merge(table, &inputs, older, &options, cutoff, p, &mut outputs).await;

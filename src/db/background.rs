@@ -266,6 +266,12 @@ impl Shared {
         }
     }
 
+    /// Disk space compactions leave free: room for two memtables' flushes
+    /// and a WAL file, so that writes go on while a compaction runs.
+    fn compaction_keep_free_bytes(&self) -> u64 {
+        (2 * self.options.memtable_bytes as u64).saturating_add(self.options.wal_file_bytes)
+    }
+
     /// Run count past which a catch-up compaction may start: half the
     /// stall limit, and at least twice the trigger.
     fn catch_up_runs(&self) -> usize {
@@ -308,6 +314,7 @@ impl Shared {
             output_bytes: self.options.compaction_segment_bytes,
             policy: self.policy(),
             cancel: Some(self.closed.clone()),
+            keep_free_bytes: self.compaction_keep_free_bytes(),
         };
         compaction::compact(table, pick, &p).await
     }

@@ -96,6 +96,7 @@ impl Database {
             chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
                 options.archive_cache_bytes,
             )),
+            compaction_reserved: Default::default(),
         };
         for entry in &catalog.tables {
             let t = match &entry.archive {

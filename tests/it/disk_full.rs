@@ -5,7 +5,8 @@
 //! commits all meet ENOSPC somewhere. Every failing write must say so
 //! clearly, every acknowledged write must stay readable, and once space
 //! comes back (a ballast file is deleted) writes must work again without a
-//! reopen; after a reopen everything acknowledged is there.
+//! reopen; after a reopen everything acknowledged is there. Compactions
+//! never start without room for their outputs besides a flush's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -110,6 +111,12 @@ async fn a_full_disk_fails_writes_clearly_keeps_what_was_acknowledged_and_recove
         .row
         .unwrap();
     assert_eq!(r.latest("n"), Some(&Value::Integer(last)));
+    // A compaction would need room for its outputs: on the full disk it is
+    // refused before it writes anything (it must not take the space that
+    // flushes need), and says why.
+    let e = t.compact_newest(usize::MAX).await.unwrap_err();
+    assert!(e.message().contains("not enough free space to compact"), "{e}");
+    assert_eq!(keys(&t).await, acked);
 
     // Space comes back: writes work again without a reopen.
     std::fs::remove_file(&ballast).unwrap();
