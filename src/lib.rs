@@ -63,7 +63,7 @@ pub use model::schema::{
     MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, OptionsUpdate, PkColumn, TableOptions, TableSchema, validate_name,
 };
 pub use model::types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value, ValueType};
-pub use options::{DbOptions, ValueCompression};
+pub use options::{DEFAULT_MEMORY_BUDGET, DbOptions, MIN_MEMORY_BUDGET, ValueCompression, parse_memory_size};
 pub use remote::RemoteLocation;
 pub use wal::{Durability, OsWalOpener, WalFile, WalOpener};
 

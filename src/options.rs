@@ -11,17 +11,23 @@ use crate::clock::{Clock, SystemClock};
 use crate::wal::{Durability, OsWalOpener, WalOpener};
 
 /// How a database is opened. Every field documents its default.
+///
+/// Memory is set in one figure with [`DbOptions::memory_budget`] (512 MiB
+/// by default), which sizes the memtables, the mapped segment pages and
+/// the archive cache; the fields it sets can be changed afterwards one by
+/// one.
 #[derive(Debug, Clone)]
 pub struct DbOptions {
     /// When acknowledged writes reach stable storage. Defaults to
     /// [`Durability::Sync`].
     pub durability: Durability,
     /// A table's active memtable is frozen and flushed to a segment past
-    /// this size. Defaults to 64 MiB (a key written once by a PutRow of 5
-    /// short columns takes ~200 bytes of it: ~340k such rows a flush).
+    /// this size. Defaults to 64 MiB, an eighth of the memory budget (a key
+    /// written once by a PutRow of 5 short columns takes ~200 bytes of it:
+    /// ~340k such rows a flush).
     pub memtable_bytes: usize,
     /// Writers stall while all unflushed memtables together exceed this.
-    /// Defaults to 512 MiB.
+    /// Defaults to 256 MiB (half the memory budget).
     pub write_buffer_bytes: usize,
     /// A WAL file is sealed past this size. Defaults to 64 MiB.
     pub wal_file_bytes: u64,
@@ -124,9 +130,18 @@ pub struct DbOptions {
     /// such a segment fails and names it. A full compaction with this on
     /// rewrites a table's old segments with checksums.
     pub legacy_segments: bool,
+    /// Bytes reads may take from memory-mapped segment files before this
+    /// process lets go of their pages (`MADV_DONTNEED`): a page a read
+    /// touches counts in the process's resident memory until then, so
+    /// without a bound a scan of a large table leaves the whole table
+    /// resident. The pages stay in the OS page cache: the next read of one
+    /// costs a minor fault, not a disk read. `u64::MAX`: no bound.
+    /// Defaults to 128 MiB (a quarter of the memory budget).
+    pub mapped_segment_bytes: u64,
     /// Bytes of column chunks read from archived tables kept in memory,
     /// so that a repeated scan does not fetch them again (least recently
-    /// used first out; 0: none). Defaults to 256 MiB.
+    /// used first out; 0: none). Defaults to 64 MiB (an eighth of the
+    /// memory budget).
     pub archive_cache_bytes: usize,
 }
 
@@ -143,7 +158,7 @@ pub enum ValueCompression {
 
 impl Default for DbOptions {
     fn default() -> Self {
-        DbOptions {
+        let options = DbOptions {
             durability: Durability::Sync,
             memtable_bytes: 64 << 20,
             write_buffer_bytes: 512 << 20,
@@ -166,10 +181,80 @@ impl Default for DbOptions {
             verify_checksums: true,
             legacy_segments: false,
             archive_cache_bytes: 256 << 20,
+            mapped_segment_bytes: 128 << 20,
             clock: Arc::new(SystemClock),
             object_store: None,
             wal_opener: Arc::new(OsWalOpener),
-        }
+        };
+        options.memory_budget(DEFAULT_MEMORY_BUDGET)
+    }
+}
+
+/// The memory budget of [`DbOptions::default`]: 512 MiB.
+pub const DEFAULT_MEMORY_BUDGET: usize = 512 << 20;
+
+/// The smallest memory budget [`parse_memory_size`] accepts: 16 MiB.
+pub const MIN_MEMORY_BUDGET: usize = 16 << 20;
+
+/// A memory budget as people write one, DuckDB's way: a number of bytes
+/// with an optional unit, `B`, `KB`/`MB`/`GB`/`TB` (powers of 1000) or
+/// `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024), any case, a space allowed:
+/// `512MiB`, `2 GB`, `1073741824`. At least [`MIN_MEMORY_BUDGET`].
+pub fn parse_memory_size(s: &str) -> crate::Result<usize> {
+    let bad = |why: &str| {
+        crate::Error::param(format!(
+            "memory size '{s}' {why}: give a number with a unit, as 512MiB, 2GiB or 1GB (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024, no unit is bytes), at least 16MiB"
+        ))
+    };
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| bad("does not start with a number"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(bad("has an unknown unit")),
+    };
+    let bytes = n * scale;
+    if !bytes.is_finite() || bytes >= usize::MAX as f64 {
+        return Err(bad("is too large"));
+    }
+    let bytes = bytes as usize;
+    if bytes < MIN_MEMORY_BUDGET {
+        return Err(bad("is too small"));
+    }
+    Ok(bytes)
+}
+
+impl DbOptions {
+    /// Sizes the buffers and caches the database keeps from one budget of
+    /// `bytes`:
+    /// - a table's memtable is flushed past an eighth (`memtable_bytes`),
+    /// - writers stall while unflushed memtables pass half
+    ///   (`write_buffer_bytes`),
+    /// - the pages scans take from mapped segments are let go past a
+    ///   quarter (`mapped_segment_bytes`),
+    /// - archived chunks are cached up to an eighth (`archive_cache_bytes`).
+    ///
+    /// Not bounded by it yet: the work under way (a flush holds the
+    /// segment it builds, a compaction a batch per input, a query its own
+    /// state), memtable overlays, the allocator's slack, and the mapped
+    /// pages point reads touch (up to the `__pk` and `__cells` columns of
+    /// the segments they read). A 10M-row `benches/compare` run peaked at
+    /// about twice the default (BENCHMARKS.md, "Memory").
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        self.memtable_bytes = (bytes / 8).max(1);
+        self.write_buffer_bytes = (bytes / 2).max(1);
+        self.mapped_segment_bytes = (bytes / 4).max(1) as u64;
+        self.archive_cache_bytes = bytes / 8;
+        self
     }
 }
 
@@ -196,5 +281,35 @@ impl DbOptions {
     pub fn object_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
         self.object_store = Some(store);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_sizes_parse_with_decimal_and_binary_units() {
+        assert_eq!(parse_memory_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_memory_size("2 gib").unwrap(), 2 << 30);
+        assert_eq!(parse_memory_size("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_memory_size("0.5GiB").unwrap(), 512 << 20);
+        assert_eq!(parse_memory_size("16777216").unwrap(), 16 << 20);
+        for bad in ["", "MiB", "12 parsecs", "1MiB", "-5GiB", "1e400GB"] {
+            let e = parse_memory_size(bad).unwrap_err();
+            assert!(e.message().contains(&format!("memory size '{bad}'")), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_budget_sizes_every_memory_option() {
+        let o = DbOptions::default();
+        assert_eq!(o.memtable_bytes, 64 << 20);
+        assert_eq!(o.write_buffer_bytes, 256 << 20);
+        assert_eq!(o.mapped_segment_bytes, 128 << 20);
+        assert_eq!(o.archive_cache_bytes, 64 << 20);
+        let o = DbOptions::default().memory_budget(2 << 30);
+        assert_eq!(o.memtable_bytes, 256 << 20);
+        assert_eq!(o.mapped_segment_bytes, 512 << 20);
     }
 }

@@ -40,6 +40,8 @@ pub(crate) struct Storage {
     /// Bytes of disk that running compactions may still write (see
     /// [`Storage::reserve_for_compaction`]).
     pub compaction_reserved: Arc<std::sync::atomic::AtomicU64>,
+    /// The bound on mapped segment pages (`DbOptions::mapped_segment_bytes`).
+    pub residency: Arc<crate::segment::residency::Residency>,
 }
 
 impl Storage {
@@ -95,12 +97,10 @@ impl Storage {
 
     /// A segment named by a manifest, opened for reading.
     pub fn open_segment(&self, meta: SegmentMeta) -> Arc<Segment> {
-        Arc::new(Segment::new(
-            meta,
-            self.store.clone(),
-            self.local_root.as_deref(),
-            self.read_checks,
-        ))
+        Arc::new(
+            Segment::new(meta, self.store.clone(), self.local_root.as_deref(), self.read_checks)
+                .with_residency(self.residency.clone()),
+        )
     }
 }
 

@@ -41,6 +41,11 @@ pub struct Cli {
     /// with it rewrites a table's old segments with checksums
     #[arg(long, global = true)]
     pub legacy_segments: bool,
+    /// Memory the database may use: memtables, write buffer, mapped
+    /// segment pages, archive cache (`DbOptions::memory_budget`), as
+    /// 512MiB, 2GiB or 1GB [default: 512MiB]
+    #[arg(long, global = true, value_name = "SIZE")]
+    pub memory: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -377,10 +382,13 @@ async fn run(cli: Cli) -> Result<i32> {
         // On the files alone: a database that no longer opens is checked too.
         return check(&data_dir(&cli), table.as_deref(), *legacy).await;
     }
-    let options = crate::DbOptions {
+    let mut options = crate::DbOptions {
         legacy_segments: cli.legacy_segments,
         ..Default::default()
     };
+    if let Some(m) = &cli.memory {
+        options = options.memory_budget(crate::parse_memory_size(m)?);
+    }
     let db = Database::open_with(data_dir(&cli), options).await?;
     let code = run_command(&db, cli.command).await;
     db.close().await?;
@@ -500,6 +508,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     "compaction_bytes": s.compaction_bytes,
                     "compaction_read_bytes": s.compaction_read_bytes,
                     "stall_micros": db.stall_micros(),
+                    "mapped_page_releases": db.mapped_page_releases(),
                     "last_flush_error": s.last_flush_error,
                     "last_compaction_error": s.last_compaction_error,
                 });

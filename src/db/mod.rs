@@ -365,6 +365,12 @@ impl Database {
         self.inner.shared.stall_micros.load(Ordering::Relaxed)
     }
 
+    /// How many times this process let go of the mapped segment pages
+    /// reads had touched (see `DbOptions::mapped_segment_bytes`).
+    pub fn mapped_page_releases(&self) -> u64 {
+        self.inner.shared.storage.residency.releases()
+    }
+
     /// Bytes appended to the write-ahead log since the database was opened
     /// (with flush and compaction bytes: the write amplification).
     pub fn wal_bytes(&self) -> u64 {

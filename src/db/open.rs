@@ -97,6 +97,7 @@ impl Database {
                 options.archive_cache_bytes,
             )),
             compaction_reserved: Default::default(),
+            residency: Arc::new(crate::segment::residency::Residency::new(options.mapped_segment_bytes)),
         };
         for entry in &catalog.tables {
             let t = match &entry.archive {

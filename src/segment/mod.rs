@@ -20,6 +20,7 @@ pub(crate) mod format;
 mod point;
 mod prefetch;
 mod reader;
+pub(crate) mod residency;
 mod scan;
 
 pub(crate) use build::{SegmentBuilder, SegmentWriteOptions};
@@ -152,6 +153,8 @@ pub(crate) struct Segment {
     /// The database's cache of remote column chunks, and this segment's
     /// id in it (see [`Segment::with_chunk_cache`]).
     chunk_cache: Option<(Arc<chunk_cache::ChunkCache>, u64)>,
+    /// The database's bound on mapped pages (see [`Segment::with_residency`]).
+    residency: Option<Arc<residency::Residency>>,
     /// Set when no manifest references the file any more: it is deleted
     /// when the last reader holding this segment drops it.
     obsolete: AtomicBool,
@@ -211,6 +214,7 @@ impl Segment {
             read_checks,
             tail_cache: None,
             chunk_cache: None,
+            residency: None,
             obsolete: AtomicBool::new(false),
         }
     }
@@ -230,6 +234,13 @@ impl Segment {
     /// `cache`, for the scans after them.
     pub fn with_chunk_cache(mut self, cache: Arc<chunk_cache::ChunkCache>) -> Self {
         self.chunk_cache = Some((cache, chunk_cache::next_id()));
+        self
+    }
+
+    /// Counts the bytes reads take from this (local) segment's map in
+    /// `residency`, which drops the maps' pages past its limit.
+    pub fn with_residency(mut self, residency: Arc<residency::Residency>) -> Self {
+        self.residency = Some(residency);
         self
     }
 
@@ -264,7 +275,18 @@ impl Segment {
         // nothing writes to or truncates them afterwards (they are only
         // deleted, which leaves an existing mapping intact on Unix).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(err)?;
-        Ok(Some(self.local_file.get_or_init(|| Arc::new(map)).clone()))
+        let mut fresh = false;
+        let map = self
+            .local_file
+            .get_or_init(|| {
+                fresh = true;
+                Arc::new(map)
+            })
+            .clone();
+        if fresh && let Some(r) = &self.residency {
+            r.register(&map);
+        }
+        Ok(Some(map))
     }
 }
 

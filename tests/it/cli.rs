@@ -444,3 +444,33 @@ fn segment_bytes_of_t(c: &Cli) -> u64 {
     let d: serde_json::Value = serde_json::from_str(&c.ok(&["describe", "t", "--stats"])).unwrap();
     d["stats"]["segment_bytes"].as_u64().unwrap()
 }
+
+#[test]
+fn a_memory_budget_is_taken_in_units_and_bad_ones_are_named() {
+    let c = Cli::new();
+    c.ok(&["--memory", "64MiB", "create", "t", "--pk", "k:integer"]);
+    c.ok(&["--memory", "1 GB", "sql", "-c", "INSERT INTO t (k) VALUES (7)"]);
+    let out = c.ok(&[
+        "--memory",
+        "16777216",
+        "sql",
+        "-c",
+        "SELECT k FROM t",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(out, "k\n7\n");
+    for (bad, why) in [
+        ("lots", "does not start with a number"),
+        ("64 parsecs", "unknown unit"),
+        ("1MiB", "too small"),
+    ] {
+        let o = c.usage_error(&["--memory", bad, "sql", "-c", "SELECT 1"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("memory size '{bad}'")) && err.contains(why),
+            "{err}"
+        );
+        assert!(err.contains("512MiB, 2GiB or 1GB"), "{err}");
+    }
+}

@@ -328,6 +328,9 @@ async fn run(seed: u64, phases: usize, writes: usize) {
         row_cells: cells,
         // Odd seeds compact into ZSTD-compressed value columns.
         compaction_zstd_level: (seed % 2 == 1).then_some(3),
+        // Mapped segment pages are let go every four reads or so, while
+        // other reads borrow them.
+        mapped_segment_bytes: 256 << 10,
         ..DbOptions::default().clock(clock.clone()).memtable_bytes(4 << 10)
     };
     let mut rng = StdRng::seed_from_u64(seed);
@@ -432,6 +435,10 @@ async fn run(seed: u64, phases: usize, writes: usize) {
         .map(|r| (key_of(r), render_cells(&key_of(r), &r.columns)))
         .collect();
     assert_eq!(got, want, "seed {seed}: after the last reopen");
+    assert!(
+        db.mapped_page_releases() > 0,
+        "seed {seed}: no mapped pages were let go"
+    );
     drop(t);
     db.close().await.unwrap();
 }
