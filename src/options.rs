@@ -200,9 +200,9 @@ pub const MIN_MEMORY_BUDGET: usize = 16 << 20;
 /// with an optional unit, `B`, `KB`/`MB`/`GB`/`TB` (powers of 1000) or
 /// `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024), any case, a space allowed:
 /// `512MiB`, `2 GB`, `1073741824`. At least [`MIN_MEMORY_BUDGET`].
-pub fn parse_memory_size(s: &str) -> crate::Result<usize> {
+pub fn parse_memory_size(s: &str) -> crate::error::Result<usize> {
     let bad = |why: &str| {
-        crate::Error::param(format!(
+        crate::error::Error::param(format!(
             "memory size '{s}' {why}: give a number with a unit, as 512MiB, 2GiB or 1GB (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024, no unit is bytes), at least 16MiB"
         ))
     };
