@@ -130,11 +130,12 @@ pub struct DbOptions {
     /// such a segment fails and names it. A full compaction with this on
     /// rewrites a table's old segments with checksums.
     pub legacy_segments: bool,
-    /// Bytes reads may take from memory-mapped segment files before this
-    /// process lets go of their pages (`MADV_DONTNEED`): a page a read
+    /// Bytes scans may read from memory-mapped segment files before this
+    /// process lets go of the maps' pages (`MADV_DONTNEED`): a page a read
     /// touches counts in the process's resident memory until then, so
     /// without a bound a scan of a large table leaves the whole table
-    /// resident. The pages stay in the OS page cache: the next read of one
+    /// resident. Point reads are not counted (see docs/decisions.md,
+    /// "Memory"). The pages stay in the OS page cache: the next read of one
     /// costs a minor fault, not a disk read. `u64::MAX`: no bound.
     /// Defaults to 128 MiB (a quarter of the memory budget).
     pub mapped_segment_bytes: u64,
@@ -160,8 +161,9 @@ impl Default for DbOptions {
     fn default() -> Self {
         let options = DbOptions {
             durability: Durability::Sync,
-            memtable_bytes: 64 << 20,
-            write_buffer_bytes: 512 << 20,
+            // The four memory sizes are set by `memory_budget` below.
+            memtable_bytes: 0,
+            write_buffer_bytes: 0,
             wal_file_bytes: 64 << 20,
             row_group_rows: 16 * 1024,
             page_rows: 256,
@@ -180,8 +182,8 @@ impl Default for DbOptions {
             background_overlays: Some(std::time::Duration::from_millis(100)),
             verify_checksums: true,
             legacy_segments: false,
-            archive_cache_bytes: 256 << 20,
-            mapped_segment_bytes: 128 << 20,
+            archive_cache_bytes: 0,
+            mapped_segment_bytes: 0,
             clock: Arc::new(SystemClock),
             object_store: None,
             wal_opener: Arc::new(OsWalOpener),
@@ -203,7 +205,8 @@ pub const MIN_MEMORY_BUDGET: usize = 16 << 20;
 pub fn parse_memory_size(s: &str) -> crate::error::Result<usize> {
     let bad = |why: &str| {
         crate::error::Error::param(format!(
-            "memory size '{s}' {why}: give a number with a unit, as 512MiB, 2GiB or 1GB (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024, no unit is bytes), at least 16MiB"
+            "memory size '{s}' {why}: give a number with a unit, as 512MiB, 2GiB or 1GB (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024, no unit is bytes), at least {}MiB",
+            MIN_MEMORY_BUDGET >> 20
         ))
     };
     let t = s.trim();

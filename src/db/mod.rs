@@ -366,7 +366,7 @@ impl Database {
     }
 
     /// How many times this process let go of the mapped segment pages
-    /// reads had touched (see `DbOptions::mapped_segment_bytes`).
+    /// (each time scans had read `DbOptions::mapped_segment_bytes` more).
     pub fn mapped_page_releases(&self) -> u64 {
         self.inner.shared.storage.residency.releases()
     }
