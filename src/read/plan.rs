@@ -53,11 +53,16 @@ impl<'a> SegmentStats<'a> {
 
     /// The leaf holding attribute column `name`'s values of type `ty`, when
     /// every value of the column in this segment has that type (otherwise
-    /// the leaf's statistics say nothing about the column as SQL shows it).
+    /// the leaf's statistics say nothing about the column as SQL shows it)
+    /// and, for doubles, the file proves none is NaN (statistics leave NaN
+    /// out).
     pub fn value_leaf(&self, name: &str, ty: ValueType) -> Option<usize> {
         let (bit, child, _) = &crate::segment::format::VALUE_CHILDREN[ty.index()];
         let types = self.seg.meta.columns.iter().find(|(n, _)| n == name).map(|(_, t)| *t)?;
         if types.0 != *bit {
+            return None;
+        }
+        if ty == ValueType::Double && !crate::segment::format::doubles_without_nan(self.md, name) {
             return None;
         }
         self.leaf(&[name, child])

@@ -16,7 +16,7 @@ use parquet::schema::types::ColumnPath;
 
 use super::checksum::{self, ChecksumWriter};
 use super::encode::BatchBuilder;
-use super::format::{self, ROW_DELETED};
+use super::format::{self, ROW_DELETED, VALUE_D};
 use super::{SegmentMeta, hex_encode};
 use crate::error::{Error, Result};
 use crate::model::row::{KeyWrites, PutCells};
@@ -92,6 +92,9 @@ pub(crate) struct SegmentBuilder<W: std::io::Write + Send = Vec<u8>> {
     max_key: Vec<u8>,
     /// What `push_batch` rows add to the metadata the row builder keeps.
     copied: CopiedStats,
+    /// Attribute columns with a NaN among their doubles (see
+    /// [`format::NAN_COLUMNS`]).
+    nan_columns: std::collections::BTreeSet<String>,
 }
 
 /// Metadata of rows added by [`SegmentBuilder::push_batch`].
@@ -157,6 +160,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             min_key: None,
             max_key: Vec::new(),
             copied,
+            nan_columns: Default::default(),
         })
     }
 
@@ -297,6 +301,7 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
 
     /// Writes whole keys in the layout, with their `__cells` added.
     fn write_rows(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.note_nans(batch);
         if !self.opts.cells {
             self.writer(batch)?.write(batch)?;
             return Ok(());
@@ -307,6 +312,29 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         let file = RecordBatch::try_new(self.file_schema.clone(), columns)?;
         self.writer(batch)?.write(&file)?;
         Ok(())
+    }
+
+    /// Records the attribute columns of `batch` whose doubles hold a NaN:
+    /// Parquet leaves NaN out of min/max statistics, while SQL orders it
+    /// above every number (-NaN below), so pruning must not trust those
+    /// columns' bounds.
+    fn note_nans(&mut self, batch: &RecordBatch) {
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            if self.nan_columns.contains(field.name()) {
+                continue;
+            }
+            let Some(d) = column
+                .as_struct_opt()
+                .and_then(|st| st.column_by_name(VALUE_D))
+                .and_then(|d| d.as_primitive_opt::<arrow::datatypes::Float64Type>())
+            else {
+                continue;
+            };
+            // Nulls hold 0.0 in the buffer: only the values are looked at.
+            if d.values().iter().any(|v| v.is_nan()) {
+                self.nan_columns.insert(field.name().clone());
+            }
+        }
     }
 
     /// The Parquet writer; opened on the first batch, `first`, whose key
@@ -370,6 +398,11 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         writer.sync().map_err(|e| Error::io("write a segment", e))?;
         let table = writer.inner_mut().end_data();
         writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(checksum::KEY.to_string(), table));
+        let nans: Vec<&String> = self.nan_columns.iter().collect();
+        writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
+            format::NAN_COLUMNS.to_string(),
+            serde_json::to_string(&nans).map_err(|e| Error::corruption(format!("segment metadata: {e}")))?,
+        ));
         let (bytes, checksum) = writer.into_inner()?.finish();
         let meta = SegmentMeta {
             id: 0,
@@ -544,6 +577,18 @@ fn writer_properties(
         b = b
             .set_column_encoding(path.clone(), Encoding::DELTA_BINARY_PACKED)
             .set_column_data_page_size_limit(path, delta_page_bytes);
+    }
+    // Page statistics (Parquet's column index) on the fixed-width value
+    // leaves: SQL range predicates skip the pages they rule out. Not on
+    // strings and binaries, whose bounds would copy values of any length
+    // into the footer.
+    for (name, types) in columns {
+        for (bit, child, _) in format::VALUE_CHILDREN.iter() {
+            if types.has(*bit) && matches!(*child, "i" | "d" | "t") {
+                let path = ColumnPath::new(vec![name.clone(), child.to_string()]);
+                b = b.set_column_statistics_enabled(path, EnabledStatistics::Page);
+            }
+        }
     }
     for (name, types) in columns {
         for child in ["s", "b"] {

@@ -49,6 +49,30 @@ pub(crate) const TS: &str = "ts";
 /// `segment::cells`).
 pub(crate) const CELLS: &str = "__cells";
 
+/// The Parquet key-value metadata entry listing, as a JSON array, the
+/// attribute columns whose double values include a NaN (Parquet's min/max
+/// statistics leave NaN out). Files written before it lack the entry:
+/// their double bounds are not trusted.
+pub(crate) const NAN_COLUMNS: &str = "cellar.nan_columns";
+/// Whether the file's metadata proves column `name`'s doubles hold no NaN
+/// (so their min/max statistics bound every value as SQL orders them).
+pub(crate) fn doubles_without_nan(md: &parquet::file::metadata::ParquetMetaData, name: &str) -> bool {
+    let Some(entry) = md
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == NAN_COLUMNS))
+    else {
+        return false;
+    };
+    match entry.value.as_deref().map(serde_json::from_str::<Vec<String>>) {
+        Some(Ok(names)) => !names.iter().any(|n| n == name),
+        _ => false,
+    }
+}
+
+/// The double value child of an attribute struct.
+pub(crate) const VALUE_D: &str = "d";
+
 pub(crate) const ROW_MERGE: u8 = 0;
 pub(crate) const ROW_REPLACE: u8 = 1;
 pub(crate) const ROW_DELETED: u8 = 2;
