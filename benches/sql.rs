@@ -13,7 +13,10 @@
 //! overlays are built in the background; then five bursts of 1000 writes,
 //! each followed at once by one GROUP BY (the query that brings the
 //! memtable overlays up to date), 1% more rows, queried at once, and 1% of
-//! the rows updated (one column), queried. Data goes to a temporary directory under
+//! the rows updated (one column), queried. After the compacted queries, a
+//! time-series table of the same size (100 devices, `ts` rising within
+//! each) answers a 1% time window over all devices and over one, with the
+//! pages read reported (`CELLAR_BENCH_WINDOWS=0` skips it). Data goes to a temporary directory under
 //! `$CELLAR_BENCH_DIR` (default: the system's).
 
 #[global_allocator]
@@ -49,6 +52,11 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 async fn compare(cellar: &SessionContext, plain: &SessionContext, label: &str, sql: &str) {
+    compare_on(cellar, plain, label, sql, ("bench", "plain")).await
+}
+
+/// [`compare`] with `{t}` standing for the given Cellar and Parquet tables.
+async fn compare_on(cellar: &SessionContext, plain: &SessionContext, label: &str, sql: &str, names: (&str, &str)) {
     // CELLAR_BENCH_SPIN=WORD[:parquet]: before the comparison whose label
     // contains WORD, run its Cellar (or Parquet) query for 10 s, to attach
     // a profiler.
@@ -56,9 +64,9 @@ async fn compare(cellar: &SessionContext, plain: &SessionContext, label: &str, s
         let (word, side) = spin.split_once(':').unwrap_or((spin.as_str(), "cellar"));
         if label.contains(word) {
             let (ctx, t) = if side == "parquet" {
-                (plain, "plain")
+                (plain, names.1)
             } else {
-                (cellar, "bench")
+                (cellar, names.0)
             };
             eprintln!("spinning on {side}: {label}");
             let start = Instant::now();
@@ -69,12 +77,12 @@ async fn compare(cellar: &SessionContext, plain: &SessionContext, label: &str, s
     }
     // The first run is reported apart: it pays one-time work (opening
     // footers; with memtable writes, building the scan overlay).
-    let first = time(cellar, &sql.replace("{t}", "bench")).await;
-    time(plain, &sql.replace("{t}", "plain")).await;
+    let first = time(cellar, &sql.replace("{t}", names.0)).await;
+    time(plain, &sql.replace("{t}", names.1)).await;
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for _ in 0..5 {
-        a.push(time(cellar, &sql.replace("{t}", "bench")).await);
-        b.push(time(plain, &sql.replace("{t}", "plain")).await);
+        a.push(time(cellar, &sql.replace("{t}", names.0)).await);
+        b.push(time(plain, &sql.replace("{t}", names.1)).await);
     }
     let (a, b) = (median(a), median(b));
     println!(
@@ -84,6 +92,80 @@ async fn compare(cellar: &SessionContext, plain: &SessionContext, label: &str, s
         a.as_secs_f64() / b.as_secs_f64(),
         first.as_secs_f64() * 1e3
     );
+}
+
+/// The time-series table of the window queries: 100 devices, each with
+/// its events in key order (`device`, `seq`) and `ts` rising with `seq`.
+const DEVICES: u64 = 100;
+const T0: i64 = 1_700_000_000_000;
+
+fn event(rows: u64, i: u64) -> RowWrite {
+    let per_device = rows.div_ceil(DEVICES);
+    let (device, seq) = (i / per_device, i % per_device);
+    PutRow::new(
+        PrimaryKey::new()
+            .with("device", format!("dev{device:03}"))
+            .with("seq", seq as i64),
+    )
+    .column("ts", T0 + seq as i64 * 1000 + (device as i64 * 7) % 1000)
+    .column("value", ((i * 37) % 1000) as f64 / 10.0)
+    .column("status", ["ok", "warn", "fail"][(i % 3) as usize])
+    .into()
+}
+
+/// A window of 1% of the time range, over every device or one.
+fn window_queries(rows: u64) -> [(&'static str, String); 2] {
+    let per_device = rows.div_ceil(DEVICES) as i64;
+    let (from, to) = (T0 + per_device * 1000 / 2, T0 + per_device * 1000 / 2 + per_device * 10);
+    [
+        (
+            "time window, all devices",
+            format!("SELECT status, count(*), avg(value) FROM {{t}} WHERE ts BETWEEN {from} AND {to} GROUP BY status"),
+        ),
+        (
+            "time window, one device",
+            format!("SELECT count(*), avg(value) FROM {{t}} WHERE device = 'dev042' AND ts BETWEEN {from} AND {to}"),
+        ),
+    ]
+}
+
+/// Loads the events table and its Parquet copy, then compares the window
+/// queries and reports the pages Cellar's scans read against the pages of
+/// the columns they read in their key ranges.
+async fn time_windows(db: &Database, cellar: &SessionContext, dir: &std::path::Path, rows: u64) {
+    db.create_table(
+        TableSchema::new("events")
+            .pk("device", PkType::String)
+            .pk("seq", PkType::Integer),
+        TableOptions::default(),
+    )
+    .await
+    .unwrap();
+    let t = db.table("events").unwrap();
+    common::write_pipelined(&t, rows, |i| event(rows, i)).await;
+    t.compact().await.unwrap();
+    let path = dir.join("plain_events.parquet");
+    let copy = format!("COPY (SELECT * FROM events) TO '{}'", path.display());
+    cellar.sql(&copy).await.unwrap().collect().await.unwrap();
+    let plain = SessionContext::new();
+    plain
+        .register_parquet("plain_events", path.to_str().unwrap(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    for (label, sql) in window_queries(rows) {
+        let before = t.stats();
+        time(cellar, &sql.replace("{t}", "events")).await;
+        let after = t.stats();
+        let (pages, read) = (
+            after.scan_pages - before.scan_pages,
+            after.scan_pages_read - before.scan_pages_read,
+        );
+        println!(
+            "{label:<34} pages read {read} of {pages} ({:.1}%)",
+            read as f64 * 100.0 / pages.max(1) as f64
+        );
+        compare_on(cellar, &plain, label, &sql, ("events", "plain_events")).await;
+    }
 }
 
 const GROUP_BY: &str = "SELECT seller_id, count(*), sum(amount) FROM {t} GROUP BY seller_id";
@@ -154,6 +236,9 @@ fn main() {
         );
         compare(&cellar, &plain, "GROUP BY seller_id (compacted)", GROUP_BY).await;
         compare(&cellar, &plain, "filtered aggregate (compacted)", FILTERED).await;
+        if std::env::var("CELLAR_BENCH_WINDOWS").as_deref() != Ok("0") {
+            time_windows(&db, &cellar, &dir, rows).await;
+        }
 
         // Point lookups by the full key through SQL (plan + execute).
         let mut lat = Vec::new();

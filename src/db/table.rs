@@ -69,6 +69,12 @@ pub struct TableStats {
     /// rows column by column, instead of reading those rows to merge them
     /// (see `docs/decisions.md`, "Memtable overlays").
     pub scan_overlay_laid_over: u64,
+    /// Pages of the columns read by SQL scans with non-key predicates, in
+    /// the key ranges they scanned, since the table was opened.
+    pub scan_pages: u64,
+    /// Of those, the pages read: the rest were ruled out by row-group and
+    /// page statistics (see `docs/decisions.md`, "Page statistics").
+    pub scan_pages_read: u64,
     /// The last flush's error, if it failed (it is retried).
     pub last_flush_error: Option<String>,
     /// The last compaction's error, if it failed (it is retried).
@@ -332,6 +338,8 @@ impl Table {
             scan_overlay_builds: self.inner.stats.overlay_builds.load(Relaxed),
             scan_overlay_extensions: self.inner.stats.overlay_extensions.load(Relaxed),
             scan_overlay_laid_over: self.inner.stats.overlay_laid_over.load(Relaxed),
+            scan_pages: self.inner.stats.scan_pages.load(Relaxed),
+            scan_pages_read: self.inner.stats.scan_pages_read.load(Relaxed),
             last_flush_error: self.inner.last_flush_error.lock().clone(),
             last_compaction_error: self.inner.last_compaction_error.lock().clone(),
         }

@@ -11,7 +11,7 @@ use arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, new_null_
 use arrow::datatypes::SchemaRef;
 
 use super::arrow::{ColBuilder, OutCol, arrow_type, attr_array, pk_value_type};
-use super::plan::RowFilter;
+use super::plan::{RowFilter, ScanCounters};
 use crate::error::{Error, Result};
 use crate::model::row::RowState;
 use crate::model::types::{PkValue, Value};
@@ -28,6 +28,7 @@ pub(super) struct ScanCtx {
     pub(super) cols: Arc<[OutCol]>,
     pub(super) schema: SchemaRef,
     pub(super) row_filter: Option<Arc<dyn RowFilter>>,
+    pub(super) counters: Arc<ScanCounters>,
 }
 
 impl ScanCtx {

@@ -29,7 +29,7 @@ use arrow::datatypes::SchemaRef;
 use super::arrow::{BATCH_ROWS, OutCol};
 use super::context::ScanCtx;
 use super::merge_scan::MergeScan;
-use super::plan::{RowFilter, RowGroupFilter, ScanPiece, ScanRange, plan_pieces};
+use super::plan::{RowFilter, RowGroupFilter, ScanCounters, ScanPiece, ScanRange, plan_pieces};
 use super::splice::SingleReader;
 use crate::error::Result;
 use crate::state::{Snapshot, TableInner};
@@ -57,6 +57,8 @@ pub(crate) struct ScanOutput {
     pub limit: Option<usize>,
     pub filter: Option<Arc<dyn RowGroupFilter>>,
     pub row_filter: Option<Arc<dyn RowFilter>>,
+    /// Where the scan counts what statistics pruning saved.
+    pub counters: Arc<ScanCounters>,
 }
 
 impl LatestScan {
@@ -77,6 +79,7 @@ impl LatestScan {
                 cols: out.cols,
                 schema: out.schema,
                 row_filter: out.row_filter,
+                counters: out.counters,
             },
             pieces,
             current: None,

@@ -29,5 +29,5 @@ pub(crate) use self::arrow::{BATCH_ROWS, ColBuilder, OutCol, arrow_type, pk_valu
 pub(crate) use self::latest::{LatestScan, ScanOutput};
 pub(crate) use self::merge_scan::MergeScan;
 pub(crate) use self::overlay::warm as warm_overlays;
-pub(crate) use self::plan::{RowFilter, RowGroupFilter, ScanRange, SegmentStats};
+pub(crate) use self::plan::{RowFilter, RowGroupFilter, ScanCounters, ScanRange, SegmentStats, intersect_ranges};
 pub(crate) use crate::state::Snapshot;

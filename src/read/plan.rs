@@ -5,6 +5,7 @@
 //! `Single` piece is covered by one segment and by no other.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use arrow::array::RecordBatch;
 
@@ -27,6 +28,49 @@ pub(crate) trait RowGroupFilter: Send + Sync {
     fn columns(&self) -> Option<Vec<String>> {
         None
     }
+
+    /// Within row group `rg` of `seg`, the rows that can hold a match,
+    /// from page statistics: ascending, disjoint ranges of the group's
+    /// rows; `None` when nothing is known (every row may). Conservative
+    /// like [`RowGroupFilter::keep`].
+    fn keep_rows(&self, _seg: &SegmentStats<'_>, _rg: usize) -> Option<Vec<std::ops::Range<usize>>> {
+        None
+    }
+}
+
+/// What the statistics pruning of a scan's segment pieces saved, counted
+/// as each piece opens (only pieces read with a [`RowGroupFilter`]).
+#[derive(Debug, Default)]
+pub(crate) struct ScanCounters {
+    /// Row groups in the pieces' key ranges.
+    pub row_groups: AtomicU64,
+    /// Of those, the groups no row is read from.
+    pub row_groups_pruned: AtomicU64,
+    /// Pages of the leaves read that hold a row of the key ranges.
+    pub pages: AtomicU64,
+    /// Of those, the pages read (the rest were ruled out).
+    pub pages_read: AtomicU64,
+}
+
+/// The rows in both `a` and `b` (each ascending and disjoint), ascending
+/// and disjoint.
+pub(crate) fn intersect_ranges(
+    a: &[std::ops::Range<usize>],
+    b: &[std::ops::Range<usize>],
+) -> Vec<std::ops::Range<usize>> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (start, end) = (a[i].start.max(b[j].start), a[i].end.min(b[j].end));
+        if start < end {
+            out.push(start..end);
+        }
+        if a[i].end < b[j].end {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
 }
 
 /// What a [`RowGroupFilter`] sees of one segment: its Parquet metadata, and

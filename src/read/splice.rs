@@ -26,7 +26,7 @@ use super::merge_scan::MergeScan;
 use super::overlay::RowCursor;
 use super::overlay_rows::{OVERLAY_MIN_SHARE, OverlayRows, overlay_for};
 use super::placement::Placement;
-use super::plan::{RowGroupFilter, SegmentStats};
+use super::plan::{RowGroupFilter, SegmentStats, intersect_ranges};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
 use crate::model::row::RowState;
@@ -160,6 +160,8 @@ impl SingleReader {
             Some(ov) => Some(OverlayRows::new(cx, ov, &range)?),
             None => None,
         };
+        // The spans before statistics pruning, to count the pages it saved.
+        let mut unpruned: Option<Vec<RowSpan>> = None;
         if let Some(f) = filter
             && !spans.is_empty()
         {
@@ -172,21 +174,56 @@ impl SingleReader {
             // needs that row's group.
             let md = seg.reader_metadata().await?.metadata().clone();
             let groups: Vec<usize> = spans.iter().map(|s| s.row_group).collect();
-            let keep = f.keep(&SegmentStats::new(&seg, &md), &groups);
+            let stats = SegmentStats::new(&seg, &md);
+            let keep = f.keep(&stats, &groups);
             let laid_over = overlay
                 .as_ref()
                 .map(|ov| ov.groups_to_read(cx, &md, f))
                 .unwrap_or_default();
-            let mut i = 0;
-            spans.retain(|s| {
-                let k = keep.get(i).copied().unwrap_or(true);
-                i += 1;
-                k || laid_over.binary_search(&s.row_group).is_ok()
+            // Groups read whatever their statistics say: their rows merge
+            // with memtable keys.
+            let forced = |rg: usize| {
+                laid_over.binary_search(&rg).is_ok()
                     || (overlay.is_none()
                         && seg
-                            .row_group_key_range(&md, s.row_group)
+                            .row_group_key_range(&md, rg)
                             .is_none_or(|(lo, hi)| snap.memtables.iter().any(|m| m.has_key_between(lo, hi))))
-            });
+            };
+            let before = spans.len();
+            let mut refined = Vec::with_capacity(spans.len());
+            for (i, s) in spans.iter().cloned().enumerate() {
+                let stats_keep = keep.get(i).copied().unwrap_or(true);
+                if forced(s.row_group) {
+                    refined.push(s);
+                    continue;
+                }
+                if !stats_keep {
+                    continue;
+                }
+                // Within a group kept, the pages its statistics rule out.
+                match f.keep_rows(&stats, s.row_group) {
+                    None => refined.push(s),
+                    Some(rows) => refined.extend(
+                        intersect_ranges(std::slice::from_ref(&s.rows), &rows)
+                            .into_iter()
+                            .map(|rows| RowSpan {
+                                row_group: s.row_group,
+                                rows,
+                                inside: s.inside,
+                            }),
+                    ),
+                }
+            }
+            let groups_left = refined
+                .iter()
+                .map(|s| s.row_group)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len();
+            cx.counters.row_groups.fetch_add(before as u64, Ordering::Relaxed);
+            cx.counters
+                .row_groups_pruned
+                .fetch_add(before.saturating_sub(groups_left) as u64, Ordering::Relaxed);
+            unpruned = Some(std::mem::replace(&mut spans, refined));
         }
         let check_keys = spans.iter().any(|s| !s.inside);
         let paths = seg.leaf_paths().await?;
@@ -230,6 +267,17 @@ impl SingleReader {
             if want {
                 leaves.push(i);
             }
+        }
+        if let Some(unpruned) = &unpruned {
+            let md = seg.reader_metadata().await?;
+            let (total, read) = (
+                crate::segment::pages_overlapping(md.metadata(), &leaves, unpruned),
+                crate::segment::pages_overlapping(md.metadata(), &leaves, &spans),
+            );
+            cx.counters.pages.fetch_add(total, Ordering::Relaxed);
+            cx.counters.pages_read.fetch_add(read, Ordering::Relaxed);
+            table.stats.scan_pages.fetch_add(total, Ordering::Relaxed);
+            table.stats.scan_pages_read.fetch_add(read, Ordering::Relaxed);
         }
         let stream = if spans.is_empty() {
             None

@@ -29,7 +29,7 @@ pub(crate) use checksum::verify_file;
 pub(crate) use encode::{RowEncoder, encode_states};
 pub(crate) use point::partition;
 pub(crate) use reader::view_type;
-pub(crate) use scan::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch};
+pub(crate) use scan::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch, pages_overlapping};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -149,12 +149,52 @@ fn first_page_reaching<'m>(
 }
 
 /// The rows of one row group a columnar scan reads.
+#[derive(Debug, Clone)]
 pub(crate) struct RowSpan {
     pub row_group: usize,
     pub rows: Range<usize>,
     /// True when every key of these rows is known to lie in the range (the
     /// row group's key statistics are inside it): no per-row key check.
     pub inside: bool,
+}
+
+/// How many pages of the given leaves hold a row of `spans` (in
+/// row-group order, ascending and disjoint within a group): the pages a
+/// scan of those spans decodes, from the offset index (0 without one).
+pub(crate) fn pages_overlapping(md: &ParquetMetaData, leaves: &[usize], spans: &[RowSpan]) -> u64 {
+    let Some(offsets) = md.offset_index() else {
+        return 0;
+    };
+    let mut count = 0u64;
+    let mut at = 0;
+    while at < spans.len() {
+        let rg = spans[at].row_group;
+        let end = at + spans[at..].iter().take_while(|s| s.row_group == rg).count();
+        let group = &spans[at..end];
+        at = end;
+        let rows = md.row_group(rg).num_rows() as usize;
+        for &leaf in leaves {
+            let Some(pages) = offsets.get(rg).and_then(|o| o.get(leaf)).map(|o| o.page_locations()) else {
+                continue;
+            };
+            // Both lists ascend: walk them together.
+            let mut s = 0;
+            for (i, page) in pages.iter().enumerate() {
+                let start = page.first_row_index as usize;
+                let stop = pages.get(i + 1).map_or(rows, |p| p.first_row_index as usize);
+                while s < group.len() && group[s].rows.end <= start {
+                    s += 1;
+                }
+                if s == group.len() {
+                    break;
+                }
+                if group[s].rows.start < stop {
+                    count += 1;
+                }
+            }
+        }
+    }
+    count
 }
 
 /// A columnar stream of segment rows (Parquet batches as stored).

@@ -141,11 +141,13 @@ impl CellarTable {
         let physical = state.create_physical_expr(expr.clone(), &df_schema).ok()?;
         let predicate = PruningPredicateBuilder::new()
             .with_file_schema(self.schema.clone())
-            .build(physical)?;
-        let pruner = StatsPruner {
+            .build(physical.clone())?;
+        let pruner = StatsPruner::new(
             predicate,
-            columns: super::prune::column_types(&self.table, &self.cols),
-        };
+            &physical,
+            &self.schema,
+            super::prune::column_types(&self.table, &self.cols),
+        );
         Some((Arc::new(pruner), expr.to_string()))
     }
 

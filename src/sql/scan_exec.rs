@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -13,12 +14,13 @@ use datafusion::common::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 
 use super::errors::df_err;
 use crate::db::table::Table;
-use crate::read::{LatestScan, OutCol, RowFilter, RowGroupFilter, ScanOutput, ScanRange, Snapshot};
+use crate::read::{LatestScan, OutCol, RowFilter, RowGroupFilter, ScanCounters, ScanOutput, ScanRange, Snapshot};
 
 /// The scan of one Cellar table.
 #[derive(Debug)]
@@ -37,6 +39,8 @@ pub struct CellarScanExec {
     /// The same predicates on rows, for scans that copy rows anyway.
     pub(super) row_filter: Option<Arc<dyn RowFilter>>,
     pub(super) props: Arc<PlanProperties>,
+    /// What statistics pruning saved, over every partition executed.
+    pub(super) counters: Arc<ScanCounters>,
 }
 
 /// Non-key predicates evaluated on a scan's output rows.
@@ -121,6 +125,7 @@ impl CellarScanExec {
             pruning: String::new(),
             row_filter: None,
             props: Arc::new(props),
+            counters: Arc::default(),
         }
     }
 
@@ -137,6 +142,7 @@ impl CellarScanExec {
                 limit: self.limit,
                 filter: self.filter.clone(),
                 row_filter: self.row_filter.clone(),
+                counters: self.counters.clone(),
             },
         );
         let s = futures::stream::unfold(scan, |mut scan| async move {
@@ -175,5 +181,29 @@ impl ExecutionPlan for CellarScanExec {
 
     fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
         Ok(self.stream(partition))
+    }
+
+    /// For `EXPLAIN ANALYZE`, with a non-key predicate: the row groups
+    /// and pages of the columns read in the scanned key ranges, and how
+    /// many statistics pruning left to read.
+    fn metrics(&self) -> Option<MetricsSet> {
+        self.filter.as_ref()?;
+        let set = ExecutionPlanMetricsSet::new();
+        let c = &self.counters;
+        let groups = c.row_groups.load(Relaxed);
+        for (name, value) in [
+            ("row_groups", groups),
+            (
+                "row_groups_read",
+                groups.saturating_sub(c.row_groups_pruned.load(Relaxed)),
+            ),
+            ("pages", c.pages.load(Relaxed)),
+            ("pages_read", c.pages_read.load(Relaxed)),
+        ] {
+            MetricBuilder::new(&set)
+                .global_counter(name)
+                .add(usize::try_from(value).unwrap_or(usize::MAX));
+        }
+        Some(set.clone_inner())
     }
 }

@@ -192,6 +192,11 @@ pub(crate) struct TableCounters {
     /// Memtable keys whose updates overlays laid over their segment rows
     /// column by column (no read of the row).
     pub overlay_laid_over: AtomicU64,
+    /// Pages of the columns SQL scans with non-key predicates read, in the
+    /// key ranges they scanned (not persisted).
+    pub scan_pages: AtomicU64,
+    /// Of those, the pages statistics pruning left to read.
+    pub scan_pages_read: AtomicU64,
 }
 
 /// A consistent view of one table for one read.
@@ -221,6 +226,8 @@ impl TableCounters {
             overlay_builds: AtomicU64::new(0),
             overlay_extensions: AtomicU64::new(0),
             overlay_laid_over: AtomicU64::new(0),
+            scan_pages: AtomicU64::new(0),
+            scan_pages_read: AtomicU64::new(0),
         }
     }
 
