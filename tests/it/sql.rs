@@ -568,11 +568,7 @@ async fn grouped_table_of(
                 .into()
         })
         .collect();
-    for chunk in writes.chunks(200) {
-        for r in t.write_batch(chunk.to_vec()).await.unwrap() {
-            r.unwrap();
-        }
-    }
+    write_ok(&t, writes).await;
     t.compact().await.unwrap();
     assert_eq!(t.stats().segments, 1);
     (dir, clock, db, t)
@@ -612,11 +608,7 @@ async fn memtable_overlays_place_dense_keys_by_narrowing() {
         }
     }
     assert!(writes.len() > 5000, "{} writes", writes.len());
-    for chunk in writes.chunks(200) {
-        for r in t.write_batch(chunk.to_vec()).await.unwrap() {
-            r.unwrap();
-        }
-    }
+    write_ok(&t, writes).await;
     let sess = SqlSession::new(db.clone());
     overlay_check(&sess, &t, "dense keys").await;
     assert_eq!(t.stats().scan_overlay_builds, 1);
@@ -729,6 +721,13 @@ async fn memtable_overlays_place_keys_between_row_groups() {
     db.close().await.unwrap();
 }
 
+/// [`write_all`], every write expected to succeed.
+async fn write_ok(t: &Table, writes: Vec<RowWrite>) {
+    for r in write_all(t, writes).await {
+        r.unwrap();
+    }
+}
+
 /// Writes in batches of at most 200 (BatchWriteRow's limit), in order.
 async fn write_all(t: &Table, writes: Vec<RowWrite>) -> Vec<cellar::Result<WriteResult>> {
     let mut out = Vec::new();
@@ -761,11 +760,7 @@ async fn nan_survives_statistics_pruning() {
     let writes: Vec<RowWrite> = (0..2000i64)
         .map(|i| PutRow::new(pk(i, "o")).column("y", y(i)).into())
         .collect();
-    for chunk in writes.chunks(200) {
-        for r in t.write_batch(chunk.to_vec()).await.unwrap() {
-            r.unwrap();
-        }
-    }
+    write_ok(&t, writes).await;
     let sess = SqlSession::new(db.clone());
     let queries = [
         "SELECT card FROM t WHERE y > 5000 ORDER BY card",
@@ -821,11 +816,7 @@ async fn page_pruning_skips_pages_and_keeps_memtable_rows() {
                 .into()
         })
         .collect();
-    for chunk in writes.chunks(200) {
-        for r in t.write_batch(chunk.to_vec()).await.unwrap() {
-            r.unwrap();
-        }
-    }
+    write_ok(&t, writes).await;
     t.compact().await.unwrap();
     let sess = SqlSession::new(db.clone());
     let metric = |plan: &str, name: &str| -> u64 {
