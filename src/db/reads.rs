@@ -12,7 +12,7 @@ use crate::model::api::{
 };
 use crate::model::capacity::{self, CapacityUnit};
 use crate::model::key::KeyRange;
-use crate::model::row::{ReadOptions, visible_cells_counted};
+use crate::model::row::{ReadOptions, visible_cells_owned};
 use crate::model::schema::MAX_COLUMNS_TO_GET;
 use crate::model::types::Row;
 use crate::read::MergeScan;
@@ -30,7 +30,7 @@ pub(super) async fn read_row(t: &TableInner, snap: &Snapshot, now: i64, get: Get
         });
     };
     let mut bytes = 0;
-    let row = visible_cells_counted(&state, now, &snap.options, &get.options, &mut bytes);
+    let row = visible_cells_owned(state, now, &snap.options, &get.options, &mut bytes);
     if bytes > 0 || row.is_some() {
         bytes += capacity::pk_bytes(&get.primary_key);
     }
@@ -79,7 +79,7 @@ pub(super) async fn read_range(
         }
         scanned += 1;
         let before = read_bytes;
-        let Some(columns) = visible_cells_counted(&state, now, &snap.options, &req.options, &mut read_bytes) else {
+        let Some(columns) = visible_cells_owned(state, now, &snap.options, &req.options, &mut read_bytes) else {
             if read_bytes > before {
                 // Looked at, filtered out: its key is charged too (counted
                 // from the encoding, nothing decoded).

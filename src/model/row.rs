@@ -317,40 +317,101 @@ pub(crate) fn visible_cells_counted(
     read: &ReadOptions,
     scanned: &mut usize,
 ) -> Option<Vec<(String, Vec<Cell>)>> {
+    let passes = filter_passes(state, now_ms, opts, read);
+    let columns = state.columns.iter().map(|(name, col)| {
+        let versions = col.versions.iter().map(|(v, value)| (*v, value.clone()));
+        (name.clone(), versions)
+    });
+    restrict(state.row_ts, columns, passes, now_ms, opts, read, scanned)
+}
+
+/// [`visible_cells_counted`] of a state the caller no longer needs: its
+/// names and values move into the result instead of being copied (a read
+/// of 20 rows of 23 columns copied ~1,000 strings and values).
+pub(crate) fn visible_cells_owned(
+    state: RowState,
+    now_ms: i64,
+    opts: &TableOptions,
+    read: &ReadOptions,
+    scanned: &mut usize,
+) -> Option<Vec<(String, Vec<Cell>)>> {
+    let passes = filter_passes(&state, now_ms, opts, read);
+    let columns = state
+        .columns
+        .into_iter()
+        .map(|(name, col)| (name, col.versions.into_iter()));
+    restrict(state.row_ts, columns, passes, now_ms, opts, read, scanned)
+}
+
+/// Whether the read's filter (if any) passes the row, judged on the
+/// versions the read would return of the columns it names.
+fn filter_passes(state: &RowState, now_ms: i64, opts: &TableOptions, read: &ReadOptions) -> bool {
+    let Some(f) = &read.filter else {
+        return true;
+    };
     let cutoff = opts.ttl_cutoff_ms(now_ms);
-    let mut exists = state.row_ts.is_some_and(|ts| ts >= cutoff);
-    let limit = match (read.max_versions, read.time_range) {
+    let limit = version_limit(read);
+    let versions = |name: &str| -> Vec<&Value> {
+        let Some(col) = state.columns.get(name) else {
+            return Vec::new();
+        };
+        col.versions
+            .iter()
+            .take(opts.max_versions as usize)
+            .take_while(|(v, _)| *v >= cutoff)
+            .filter(|(v, _)| read.time_range.is_none_or(|(s, e)| *v >= s && *v < e))
+            .take(limit)
+            .map(|(_, value)| value)
+            .collect()
+    };
+    f.passes(&versions)
+}
+
+/// The most versions of a cell a read returns.
+fn version_limit(read: &ReadOptions) -> usize {
+    match (read.max_versions, read.time_range) {
         (Some(n), _) => n as usize,
         (None, Some(_)) => usize::MAX,
         (None, None) => 1,
-    };
+    }
+}
+
+/// The cells of `columns` (name, versions newest first) a read returns;
+/// `passes`: the filter's verdict on the row.
+fn restrict<V: Iterator<Item = (i64, Value)>>(
+    row_ts: Option<i64>,
+    columns: impl Iterator<Item = (String, V)>,
+    passes: bool,
+    now_ms: i64,
+    opts: &TableOptions,
+    read: &ReadOptions,
+    scanned: &mut usize,
+) -> Option<Vec<(String, Vec<Cell>)>> {
+    let cutoff = opts.ttl_cutoff_ms(now_ms);
+    let mut exists = row_ts.is_some_and(|ts| ts >= cutoff);
+    let limit = version_limit(read);
     let mut out = Vec::new();
-    for (name, col) in &state.columns {
-        let live = col
-            .versions
-            .iter()
+    for (name, versions) in columns {
+        let live = versions
             .take(opts.max_versions as usize)
             .take_while(|(v, _)| *v >= cutoff);
         let mut cells = Vec::new();
-        let wanted = read.wants(name);
+        let wanted = read.wants(&name);
         for (v, value) in live {
             exists = true;
             if !wanted {
                 break;
             }
-            if read.time_range.is_some_and(|(s, e)| *v < s || *v >= e) {
+            if read.time_range.is_some_and(|(s, e)| v < s || v >= e) {
                 continue;
             }
             if cells.len() >= limit {
                 break;
             }
-            cells.push(Cell {
-                value: value.clone(),
-                version: *v,
-            });
+            cells.push(Cell { value, version: v });
         }
         if !cells.is_empty() {
-            out.push((name.clone(), cells));
+            out.push((name, cells));
         }
     }
     if !exists {
@@ -358,20 +419,7 @@ pub(crate) fn visible_cells_counted(
     }
     *scanned += crate::model::capacity::cells_bytes(&out);
     if let Some(f) = &read.filter {
-        let versions = |name: &str| -> Vec<&Value> {
-            let Some(col) = state.columns.get(name) else {
-                return Vec::new();
-            };
-            col.versions
-                .iter()
-                .take(opts.max_versions as usize)
-                .take_while(|(v, _)| *v >= cutoff)
-                .filter(|(v, _)| read.time_range.is_none_or(|(s, e)| *v >= s && *v < e))
-                .take(limit)
-                .map(|(_, value)| value)
-                .collect()
-        };
-        if !f.passes(&versions) {
+        if !passes {
             return None;
         }
         if let Some((offset, page)) = f.page() {
