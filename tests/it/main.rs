@@ -22,6 +22,7 @@ mod model;
 mod ordering;
 mod overlay_diff;
 mod power_loss;
+mod pruning;
 mod read_diff;
 mod recovery;
 mod s3_server;
