@@ -243,7 +243,11 @@ impl Shared {
             // Every write up to `visible` is in the memtable; later ones
             // may not all be yet.
             let at = mem.max_seq().min(visible);
-            if at == 0 || segments.is_empty() {
+            // Nothing to place yet: the memtable's writes are all of a
+            // group still being applied (`visible` was read before it was
+            // published). An overlay at `at` would hold none of them, and
+            // the first scan would extend it at once.
+            if at == 0 || segments.is_empty() || mem.min_seq().is_none_or(|first| first > at) {
                 continue;
             }
             let (warmed, idle_from) = seen.entry(table.id).or_insert_with(|| (0, Arc::new(AtomicU64::new(0))));
