@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::RwLock;
-use tokio::sync::mpsc;
 
 use crate::compaction;
 use crate::error::Result;
@@ -34,7 +33,7 @@ pub(crate) struct Shared {
     pub wal_bytes: AtomicU64,
     pub runtime: tokio::runtime::Handle,
     /// Lets flush tasks reach the committer without keeping it alive.
-    pub(super) commit_tx: OnceLock<mpsc::WeakSender<CommitMsg>>,
+    pub(super) commit_tx: OnceLock<crate::write::committer::WeakCommitSender>,
     pub(super) me: Weak<Shared>,
     /// Set when the database handle is closed: no new flush starts.
     pub(super) closed: Arc<AtomicBool>,

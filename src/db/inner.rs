@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use object_store::ObjectStore;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::background::Shared;
 use super::catalog::CatalogFile;
@@ -32,7 +32,7 @@ use crate::write::{condition, validate};
 /// stops the committer (which syncs the WAL) and releases the lock.
 pub(crate) struct DbInner {
     pub shared: Arc<Shared>,
-    pub commit_tx: mpsc::Sender<CommitMsg>,
+    pub commit_tx: crate::write::committer::CommitSender,
     pub(super) root: PathBuf,
     pub(super) store: Arc<dyn ObjectStore>,
     pub(super) catalog_log: ManifestLog,
@@ -49,8 +49,7 @@ impl Drop for DbInner {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
         // Close the channel; the committer drains it, syncs and exits.
-        let (tx, _) = mpsc::channel(1);
-        drop(std::mem::replace(&mut self.commit_tx, tx));
+        self.commit_tx.close();
         if let Some(h) = self.committer.lock().take() {
             let _ = h.join();
         }
@@ -86,7 +85,7 @@ impl DbInner {
         self: &Arc<Self>,
         writes: impl IntoIterator<Item = (T, RowWrite)>,
     ) -> Result<Vec<Result<WriteResult>>> {
-        self.enqueue_many(writes).await?.durable().await
+        self.queue_many(writes, true).await?.durable().await
     }
 
     /// Validates each write and hands the valid ones to the committer as
@@ -102,6 +101,17 @@ impl DbInner {
     pub(crate) async fn enqueue_many<T: AsRef<str>>(
         self: &Arc<Self>,
         writes: impl IntoIterator<Item = (T, RowWrite)>,
+    ) -> Result<QueuedWrites> {
+        self.queue_many(writes, false).await
+    }
+
+    /// [`Self::enqueue_many`]; `waits`: the caller waits for these writes
+    /// before it queues more, so they may be committed on its own thread
+    /// (see [`enqueue`](Self::enqueue)).
+    async fn queue_many<T: AsRef<str>>(
+        self: &Arc<Self>,
+        writes: impl IntoIterator<Item = (T, RowWrite)>,
+        waits: bool,
     ) -> Result<QueuedWrites> {
         let now = self.now_ms();
         let writes = writes.into_iter();
@@ -121,7 +131,7 @@ impl DbInner {
         }
         let mut ack = None;
         if !pending.is_empty() {
-            match self.enqueue(pending).await {
+            match self.enqueue(pending, waits).await {
                 Ok(rx) => ack = Some(rx),
                 Err(e) => results
                     .iter_mut()
@@ -236,7 +246,24 @@ impl DbInner {
 
     /// Queues one group with the committer; the receiver resolves once the
     /// group is durable (its first sequence number) or has failed.
-    async fn enqueue(&self, writes: Vec<PendingWrite>) -> Result<oneshot::Receiver<Result<CommitAck>>> {
+    /// Hands writes to the committer. A caller that `waits` for them and
+    /// runs outside any task of the runtime (its own thread in
+    /// `block_on`, as an embedding program's) commits them on its thread
+    /// when nothing is queued ([`CommitSender::try_inline`]): the fsync
+    /// then blocks that thread, which waits anyway, and never a runtime
+    /// worker. Pipelined writers keep queueing, so that one fsync serves
+    /// the writes of many batches.
+    ///
+    /// [`CommitSender::try_inline`]: crate::write::committer::CommitSender::try_inline
+    async fn enqueue(&self, writes: Vec<PendingWrite>, waits: bool) -> Result<oneshot::Receiver<Result<CommitAck>>> {
+        let writes = if waits && tokio::task::try_id().is_none() {
+            match self.commit_tx.try_inline(writes) {
+                Ok(rx) => return Ok(rx),
+                Err(writes) => writes,
+            }
+        } else {
+            writes
+        };
         let (done, rx) = oneshot::channel();
         self.commit_tx
             .send(CommitMsg::Write { writes, done })

@@ -192,11 +192,14 @@ impl Database {
             lock: Some(lock),
         });
         let (tx, rx) = mpsc::channel(4096);
-        let _ = shared.commit_tx.set(tx.downgrade());
         let host: Arc<dyn CommitHost> = shared.clone();
+        let core = committer::Committer::new(host, wal, max_seq + 1);
+        let tx = committer::CommitSender::new(tx, core.clone());
+        let _ = shared.commit_tx.set(tx.downgrade());
+        let thread_core = core;
         let committer = std::thread::Builder::new()
             .name("cellar-commit".into())
-            .spawn(move || committer::run(host, wal, max_seq + 1, rx))
+            .spawn(move || committer::run(thread_core, rx))
             .map_err(|e| Error::io("start the committer thread", e))?;
         if shared.options.auto_compaction {
             // Tables with a TTL: data expires without any write, so look

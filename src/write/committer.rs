@@ -1,11 +1,20 @@
-//! The committer: one thread that orders, logs and applies every write.
+//! The committer: orders, logs and applies every write.
 //!
-//! Writers send validated mutations over a channel. The committer drains
-//! everything pending (a group), gives each write the next sequence number,
-//! appends the group to the WAL as one record, syncs once (per the
-//! durability setting), applies the group to the memtables, publishes the
-//! new visible sequence, and only then acknowledges every writer of the
-//! group. One fsync thus serves many writers (group commit).
+//! Writers send validated mutations over a channel to the committer
+//! thread. The committer drains everything pending (a group), gives each
+//! write the next sequence number, appends the group to the WAL as one
+//! record, syncs once (per the durability setting), applies the group to
+//! the memtables, publishes the new visible sequence, and only then
+//! acknowledges every writer of the group. One fsync thus serves many
+//! writers (group commit).
+//!
+//! The committer's state sits behind one lock. A writer that will wait
+//! for its writes, on a thread of its own (not a runtime task), takes
+//! the lock itself when no message is queued or being processed, and runs
+//! the round for its writes alone ([`Committer::try_inline`]): the two
+//! thread hand-offs were most of an unsynced write's time. Every message
+//! sent is counted until its round is over, so an inline round never
+//! overtakes anything sent before it.
 //!
 //! A write that was checked against a snapshot (a condition or an
 //! increment) carries that snapshot's sequence number and the row it read;
@@ -29,7 +38,7 @@
 //! passes the write-buffer budget.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
@@ -128,15 +137,210 @@ pub(crate) trait CommitHost: Send + Sync + 'static {
 /// Most bytes of WAL payload in one group.
 const MAX_GROUP_BYTES: usize = 8 << 20;
 
-pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u64, mut rx: mpsc::Receiver<CommitMsg>) {
-    let mut payload = Vec::with_capacity(1 << 20);
-    let mut failed: Option<Error> = None;
-    let mut locks = PartitionLocks::default();
-    // Reused from group to group: a group of thousands of writes would
-    // otherwise grow a fresh vector (and have the kernel zero its pages)
-    // every time.
-    let mut group: Vec<PendingWrite> = Vec::new();
+/// The committer's state and what shares it: the committer thread, and a
+/// writer that commits its own writes when nothing is queued (see
+/// [`Committer::try_inline`]).
+pub(crate) struct Committer {
+    host: Arc<dyn CommitHost>,
+    state: parking_lot::Mutex<CommitState>,
+    /// Messages sent to the committer thread and not yet processed (every
+    /// send counts one first; the thread takes them off once their round
+    /// is done, while it still holds `state`).
+    queued: AtomicUsize,
+}
+
+/// What the committer keeps from round to round.
+struct CommitState {
+    wal: WalWriter,
+    next_seq: u64,
+    payload: Vec<u8>,
+    /// Set once the WAL's end cannot be vouched for: every later write is
+    /// refused.
+    failed: Option<Error>,
+    locks: PartitionLocks,
+    /// Reused from group to group: a group of thousands of writes would
+    /// otherwise grow a fresh vector (and have the kernel zero its pages)
+    /// every time.
+    group: Vec<PendingWrite>,
+}
+
+impl Committer {
+    pub fn new(host: Arc<dyn CommitHost>, wal: WalWriter, next_seq: u64) -> Arc<Self> {
+        Arc::new(Committer {
+            host,
+            state: parking_lot::Mutex::new(CommitState {
+                wal,
+                next_seq,
+                payload: Vec::with_capacity(1 << 20),
+                failed: None,
+                locks: PartitionLocks::default(),
+                group: Vec::new(),
+            }),
+            queued: AtomicUsize::new(0),
+        })
+    }
+
+    /// Commits `writes` on the calling thread, as the committer thread
+    /// would have in a round of their own, when nothing is queued for it:
+    /// a lone writer is then spared the two thread hand-offs (to the
+    /// committer and back), most of an unsynced write's time on this VM.
+    /// Refused (the writes handed back) while any message is queued or
+    /// being processed, so nothing is overtaken, and while writers must
+    /// stall for the write buffer (the thread does the stalling).
+    pub fn try_inline(
+        &self,
+        writes: Vec<PendingWrite>,
+    ) -> std::result::Result<oneshot::Receiver<Result<CommitAck>>, Vec<PendingWrite>> {
+        if self.queued.load(Ordering::SeqCst) != 0 {
+            return Err(writes);
+        }
+        let Some(mut st) = self.state.try_lock() else {
+            return Err(writes);
+        };
+        // Under the lock: the thread holds it from taking a message until
+        // that message is off the count, so none is half-processed now.
+        if self.queued.load(Ordering::SeqCst) != 0 || over_budget(&*self.host) {
+            return Err(writes);
+        }
+        let (done, rx) = oneshot::channel();
+        st.round_guarded(&*self.host, CommitMsg::Write { writes, done }, &mut || None, false);
+        Ok(rx)
+    }
+
+    /// Counts a message about to be sent to the committer thread.
+    pub fn will_send(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Takes back the count of a message whose send failed.
+    pub fn not_sent(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The committer thread's queue. Every message sent through it is counted
+/// until processed, which is how [`Committer::try_inline`] knows nothing
+/// would be overtaken.
+#[derive(Clone)]
+pub(crate) struct CommitSender {
+    tx: mpsc::Sender<CommitMsg>,
+    core: Arc<Committer>,
+}
+
+impl CommitSender {
+    pub fn new(tx: mpsc::Sender<CommitMsg>, core: Arc<Committer>) -> Self {
+        CommitSender { tx, core }
+    }
+
+    /// Queues `msg` for the committer thread (waits for room); `Err` once
+    /// the thread is gone.
+    pub async fn send(&self, msg: CommitMsg) -> std::result::Result<(), ()> {
+        self.core.will_send();
+        self.tx.send(msg).await.map_err(|_| self.core.not_sent())
+    }
+
+    /// [`Self::send`] without waiting: `Err` when the queue is full too.
+    pub fn try_send(&self, msg: CommitMsg) -> std::result::Result<(), ()> {
+        self.core.will_send();
+        self.tx.try_send(msg).map_err(|_| self.core.not_sent())
+    }
+
+    /// See [`Committer::try_inline`].
+    pub fn try_inline(
+        &self,
+        writes: Vec<PendingWrite>,
+    ) -> std::result::Result<oneshot::Receiver<Result<CommitAck>>, Vec<PendingWrite>> {
+        self.core.try_inline(writes)
+    }
+
+    pub fn downgrade(&self) -> WeakCommitSender {
+        WeakCommitSender {
+            tx: self.tx.downgrade(),
+            core: Arc::downgrade(&self.core),
+        }
+    }
+
+    /// Lets go of this handle's end of the queue: once every handle has,
+    /// the thread drains what is queued, syncs the WAL and exits.
+    pub fn close(&mut self) {
+        let (tx, _) = mpsc::channel(1);
+        self.tx = tx;
+    }
+}
+
+/// A [`CommitSender`] that does not keep the committer thread running,
+/// nor its state alive (the database's shared state holds one, and the
+/// committer holds the shared state: a strong handle would be a cycle).
+#[derive(Clone)]
+pub(crate) struct WeakCommitSender {
+    tx: mpsc::WeakSender<CommitMsg>,
+    core: std::sync::Weak<Committer>,
+}
+
+impl WeakCommitSender {
+    pub fn upgrade(&self) -> Option<CommitSender> {
+        Some(CommitSender {
+            tx: self.tx.upgrade()?,
+            core: self.core.upgrade()?,
+        })
+    }
+}
+
+/// The committer thread: takes messages off the queue, a round at a time.
+pub(crate) fn run(c: Arc<Committer>, mut rx: mpsc::Receiver<CommitMsg>) {
     while let Some(first) = rx.blocking_recv() {
+        let mut st = c.state.lock();
+        let mut taken = 1;
+        let mut next = || {
+            let m = rx.try_recv().ok();
+            taken += usize::from(m.is_some());
+            m
+        };
+        st.round_guarded(&*c.host, first, &mut next, true);
+        c.queued.fetch_sub(taken, Ordering::SeqCst);
+    }
+    let _ = c.state.lock().wal.sync();
+}
+
+impl CommitState {
+    /// [`Self::round`], and if it panics (a bug), every later write is
+    /// refused rather than committed on state the panic left half-updated;
+    /// the writers of the round get `Closed` (their acknowledgements were
+    /// dropped).
+    fn round_guarded(
+        &mut self,
+        host: &dyn CommitHost,
+        first: CommitMsg,
+        next_msg: &mut dyn FnMut() -> Option<CommitMsg>,
+        may_stall: bool,
+    ) {
+        let run = std::panic::AssertUnwindSafe(|| self.round(host, first, next_msg, may_stall));
+        if std::panic::catch_unwind(run).is_err() {
+            self.group.clear();
+            self.failed
+                .get_or_insert_with(|| Error::new(ErrorKind::Closed, "an internal error in a commit"));
+        }
+    }
+
+    /// One round: `first` and the messages `next` yields (up to a group's
+    /// byte budget) are grouped, logged, applied and acknowledged; then
+    /// the other messages of the round are handled. `may_stall`: hold the
+    /// caller back afterwards while the write buffer is over budget.
+    fn round(
+        &mut self,
+        host: &dyn CommitHost,
+        first: CommitMsg,
+        next_msg: &mut dyn FnMut() -> Option<CommitMsg>,
+        may_stall: bool,
+    ) {
+        let CommitState {
+            wal,
+            next_seq,
+            payload,
+            failed,
+            locks,
+            group,
+        } = self;
         // Writes refused by a transaction's lock: (index in the group, why).
         let mut refused: Vec<(usize, Error)> = Vec::new();
         let mut acks = Vec::new();
@@ -208,11 +412,11 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 other => others.push(other),
             }
             if bytes < MAX_GROUP_BYTES {
-                next = rx.try_recv().ok();
+                next = next_msg();
             }
         }
         if !group.is_empty() {
-            let decisions = checked::decide(&mut group, &refused, next_seq);
+            let decisions = checked::decide(group, &refused, *next_seq);
             let uncommitted: Vec<usize> = if decisions.failed.is_empty() && refused.is_empty() {
                 Vec::new()
             } else {
@@ -228,7 +432,7 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 out
             };
             let mut touched: Vec<Arc<TableInner>> = Vec::new();
-            for w in &group {
+            for w in group.iter() {
                 if !touched.iter().any(|t| Arc::ptr_eq(t, &w.table)) {
                     touched.push(w.table.clone());
                 }
@@ -242,8 +446,8 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                     ),
                 )),
                 // Nothing to log: failed checks and refusals only.
-                None if group.is_empty() => Ok(next_seq),
-                None => commit_group(&*host, &mut wal, &mut next_seq, &mut payload, &mut group),
+                None if group.is_empty() => Ok(*next_seq),
+                None => commit_group(host, wal, next_seq, payload, group),
             };
             group.clear();
             if let Err(e) = &result
@@ -280,8 +484,10 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                 start += n;
                 let _ = done.send(result.clone().map(|_| ack));
             }
-            maybe_freeze(&*host, &mut wal, &touched);
-            stall_if_over_budget(&*host);
+            maybe_freeze(host, wal, &touched);
+            if may_stall {
+                stall_if_over_budget(host);
+            }
         }
         for done in started {
             let _ = done.send(Ok(()));
@@ -290,7 +496,7 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
             match msg {
                 CommitMsg::Freeze { table, done } => {
                     // The caller flushes it itself.
-                    freeze(&*host, &mut wal, &table, false);
+                    freeze(host, wal, &table, false);
                     let _ = done.send(Ok(()));
                 }
                 CommitMsg::Sync => {
@@ -298,9 +504,9 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
                     if let Err(e) = wal.sync() {
                         failed.get_or_insert(e);
                     }
-                    gc_wal(&*host, &mut wal);
+                    gc_wal(host, wal);
                 }
-                CommitMsg::FlushDone => gc_wal(&*host, &mut wal),
+                CommitMsg::FlushDone => gc_wal(host, wal),
                 CommitMsg::Write { .. }
                 | CommitMsg::Lock { .. }
                 | CommitMsg::Commit { .. }
@@ -308,7 +514,6 @@ pub(crate) fn run(host: Arc<dyn CommitHost>, mut wal: WalWriter, mut next_seq: u
             }
         }
     }
-    let _ = wal.sync();
 }
 
 /// The in-memory size of some writes, for the group's byte budget.
@@ -390,6 +595,18 @@ fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
     }
 }
 
+/// Whether writers must stall (see [`stall_if_over_budget`]).
+fn over_budget(host: &dyn CommitHost) -> bool {
+    let budget = host.write_buffer_bytes();
+    let max_runs = host.stall_runs();
+    let tables = host.live_tables();
+    tables.iter().map(|t| t.unflushed_bytes()).sum::<usize>() > budget
+        || (max_runs < usize::MAX
+            && tables
+                .iter()
+                .any(|t| t.run_count() > max_runs && t.last_compaction_error.lock().is_none()))
+}
+
 /// Holds the committer back while unflushed data exceeds the write buffer
 /// budget (so memory stays bounded) or a table has more sorted runs than
 /// the stall limit (background compaction has fallen behind, and reads
@@ -400,18 +617,8 @@ fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
 /// wait would not let compaction catch up, and every write group would
 /// sit out the whole wait before failing on the same full disk.
 fn stall_if_over_budget(host: &dyn CommitHost) {
-    let budget = host.write_buffer_bytes();
-    let max_runs = host.stall_runs();
     let start = Instant::now();
-    let over = || {
-        let tables = host.live_tables();
-        tables.iter().map(|t| t.unflushed_bytes()).sum::<usize>() > budget
-            || (max_runs < usize::MAX
-                && tables
-                    .iter()
-                    .any(|t| t.run_count() > max_runs && t.last_compaction_error.lock().is_none()))
-    };
-    while over() {
+    while over_budget(host) {
         if host.closing() || start.elapsed() > Duration::from_secs(30) {
             break;
         }

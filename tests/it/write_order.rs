@@ -174,3 +174,47 @@ async fn sql_insert_applies_rows_in_source_order() {
     drop(sql);
     db.close().await.unwrap();
 }
+
+/// A writer that waits for each write commits it on its own thread when
+/// nothing is queued for the committer; it must never overtake what was
+/// queued before it. Each round queues a batch (not waited for) that sets
+/// `n = 0` on a key, then at once increments `n` and reads it back: the
+/// increment must see the batch, and so must every later read. 300 rounds,
+/// so that the queued batch is still in the committer's hands in many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_committed_inline_overtakes_nothing_queued() {
+    use cellar::*;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path()).await.unwrap();
+    db.create_table(TableSchema::new("t").pk("k", PkType::Integer), TableOptions::default())
+        .await
+        .unwrap();
+    let t = db.table("t").unwrap();
+    for round in 0..300i64 {
+        let key = || PrimaryKey::new().with("k", round % 7);
+        let queued = t
+            .enqueue_batch(vec![PutRow::new(key()).column("n", 0i64).into()])
+            .await
+            .unwrap();
+        let r = t
+            .update_row(
+                UpdateRow::new(key())
+                    .increment("n", 1)
+                    .returning(ReturnType::AfterModify),
+            )
+            .await
+            .unwrap();
+        let after = r.row.and_then(|r| r.latest("n").cloned());
+        assert_eq!(
+            after,
+            Some(Value::Integer(1)),
+            "round {round}: the increment ran before the queued put"
+        );
+        for r in queued.durable().await.unwrap() {
+            r.unwrap();
+        }
+        let got = t.get_row(GetRow::new(key())).await.unwrap().row.unwrap();
+        assert_eq!(got.latest("n"), Some(&Value::Integer(1)), "round {round}");
+    }
+    db.close().await.unwrap();
+}
