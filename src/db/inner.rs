@@ -244,15 +244,14 @@ impl DbInner {
         Ok((pending, accepted))
     }
 
-    /// Queues one group with the committer; the receiver resolves once the
-    /// group is durable (its first sequence number) or has failed.
-    /// Hands writes to the committer. A caller that `waits` for them and
-    /// runs outside any task of the runtime (its own thread in
-    /// `block_on`, as an embedding program's) commits them on its thread
-    /// when nothing is queued ([`CommitSender::try_inline`]): the fsync
-    /// then blocks that thread, which waits anyway, and never a runtime
-    /// worker. Pipelined writers keep queueing, so that one fsync serves
-    /// the writes of many batches.
+    /// Hands one group to the committer; the receiver resolves once the
+    /// group is durable (its first sequence number) or has failed. A
+    /// caller that `waits` for the writes and runs outside any task of the
+    /// runtime (its own thread in `block_on`, as an embedding program's)
+    /// commits them on its thread when nothing is queued
+    /// ([`CommitSender::try_inline`]): the fsync then blocks that thread,
+    /// which waits anyway, and never a runtime worker. Pipelined writers
+    /// keep queueing, so that one fsync serves the writes of many batches.
     ///
     /// [`CommitSender::try_inline`]: crate::write::committer::CommitSender::try_inline
     async fn enqueue(&self, writes: Vec<PendingWrite>, waits: bool) -> Result<oneshot::Receiver<Result<CommitAck>>> {
