@@ -29,12 +29,12 @@ pub(crate) trait RowGroupFilter: Send + Sync {
         None
     }
 
-    /// Within row group `rg` of `seg`, the rows that can hold a match,
-    /// from page statistics: ascending, disjoint ranges of the group's
-    /// rows; `None` when nothing is known (every row may). Conservative
-    /// like [`RowGroupFilter::keep`].
-    fn keep_rows(&self, _seg: &SegmentStats<'_>, _rg: usize) -> Option<Vec<std::ops::Range<usize>>> {
-        None
+    /// Per group of `groups` (row groups of `seg`), the rows that can hold
+    /// a match, from page statistics: ascending, disjoint ranges of the
+    /// group's rows; `None` when nothing is known (every row may).
+    /// Conservative like [`RowGroupFilter::keep`].
+    fn keep_rows(&self, _seg: &SegmentStats<'_>, groups: &[usize]) -> Vec<Option<Vec<std::ops::Range<usize>>>> {
+        vec![None; groups.len()]
     }
 }
 

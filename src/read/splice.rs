@@ -182,27 +182,38 @@ impl SingleReader {
                 .unwrap_or_default();
             // Groups read whatever their statistics say: their rows merge
             // with memtable keys.
-            let forced = |rg: usize| {
-                laid_over.binary_search(&rg).is_ok()
-                    || (overlay.is_none()
-                        && seg
-                            .row_group_key_range(&md, rg)
-                            .is_none_or(|(lo, hi)| snap.memtables.iter().any(|m| m.has_key_between(lo, hi))))
-            };
+            let forced: Vec<bool> = spans
+                .iter()
+                .map(|s| {
+                    laid_over.binary_search(&s.row_group).is_ok()
+                        || (overlay.is_none()
+                            && seg
+                                .row_group_key_range(&md, s.row_group)
+                                .is_none_or(|(lo, hi)| snap.memtables.iter().any(|m| m.has_key_between(lo, hi))))
+                })
+                .collect();
+            let stats_keep = |i: usize| keep.get(i).copied().unwrap_or(true);
             let before = spans.len();
+            // Groups kept by their statistics and read for no other reason:
+            // within them, the pages statistics rule out are skipped too.
+            let by_pages: Vec<usize> = spans
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| stats_keep(*i) && !forced[*i])
+                .map(|(_, s)| s.row_group)
+                .collect();
+            let mut page_rows = f.keep_rows(&stats, &by_pages).into_iter();
             let mut refined = Vec::with_capacity(spans.len());
-            for (i, s) in spans.iter().cloned().enumerate() {
-                let stats_keep = keep.get(i).copied().unwrap_or(true);
-                if forced(s.row_group) {
-                    refined.push(s);
+            for (i, s) in spans.iter().enumerate() {
+                if forced[i] {
+                    refined.push(s.clone());
                     continue;
                 }
-                if !stats_keep {
+                if !stats_keep(i) {
                     continue;
                 }
-                // Within a group kept, the pages its statistics rule out.
-                match f.keep_rows(&stats, s.row_group) {
-                    None => refined.push(s),
+                match page_rows.next().flatten() {
+                    None => refined.push(s.clone()),
                     Some(rows) => refined.extend(
                         intersect_ranges(std::slice::from_ref(&s.rows), &rows)
                             .into_iter()
@@ -214,11 +225,8 @@ impl SingleReader {
                     ),
                 }
             }
-            let groups_left = refined
-                .iter()
-                .map(|s| s.row_group)
-                .collect::<std::collections::BTreeSet<_>>()
-                .len();
+            // Refined spans stay in row-group order.
+            let groups_left = refined.chunk_by(|a, b| a.row_group == b.row_group).count();
             cx.counters.row_groups.fetch_add(before as u64, Ordering::Relaxed);
             cx.counters
                 .row_groups_pruned

@@ -73,7 +73,7 @@ impl StatsPruner {
 
     /// The leaf and SQL type of each column whose statistics describe it
     /// in this segment.
-    fn leaves<'a>(&'a self, seg: &SegmentStats<'_>) -> HashMap<&'a str, (usize, ValueType)> {
+    fn leaves<'a>(&'a self, seg: &SegmentStats<'_>) -> Leaves<'a> {
         let mut leaves = HashMap::new();
         for (name, col, ty) in &self.columns {
             let leaf = match col {
@@ -95,10 +95,13 @@ enum Containers<'a> {
     Pages { rg: usize, pages: usize },
 }
 
+/// Leaf and SQL type by column name (see [`StatsPruner::leaves`]).
+type Leaves<'a> = HashMap<&'a str, (usize, ValueType)>;
+
 struct SegStats<'a> {
     md: &'a ParquetMetaData,
     containers: Containers<'a>,
-    leaves: HashMap<&'a str, (usize, ValueType)>,
+    leaves: &'a Leaves<'a>,
 }
 
 impl SegStats<'_> {
@@ -252,23 +255,31 @@ impl RowGroupFilter for StatsPruner {
     }
 
     fn keep(&self, seg: &SegmentStats<'_>, groups: &[usize]) -> Vec<bool> {
+        let leaves = self.leaves(seg);
         let stats = SegStats {
             md: seg.metadata(),
             containers: Containers::Groups(groups),
-            leaves: self.leaves(seg),
+            leaves: &leaves,
         };
         self.predicate
             .prune(&stats)
             .unwrap_or_else(|_| vec![true; groups.len()])
     }
 
-    fn keep_rows(&self, seg: &SegmentStats<'_>, rg: usize) -> Option<Vec<Range<usize>>> {
+    fn keep_rows(&self, seg: &SegmentStats<'_>, groups: &[usize]) -> Vec<Option<Vec<Range<usize>>>> {
         let md = seg.metadata();
-        let rows = md.row_group(rg).num_rows() as usize;
         let leaves = self.leaves(seg);
+        groups.iter().map(|&rg| self.group_rows(md, &leaves, rg)).collect()
+    }
+}
+
+impl StatsPruner {
+    /// [`RowGroupFilter::keep_rows`] of one row group.
+    fn group_rows(&self, md: &ParquetMetaData, leaves: &Leaves<'_>, rg: usize) -> Option<Vec<Range<usize>>> {
+        let rows = md.row_group(rg).num_rows() as usize;
         let mut out: Option<Vec<Range<usize>>> = None;
         for (name, predicate) in &self.pages {
-            let Some(&(leaf, ty)) = leaves.get(name.as_str()) else {
+            let Some(&(leaf, _)) = leaves.get(name.as_str()) else {
                 continue;
             };
             let index = md.column_index().and_then(|c| c.get(rg)).and_then(|c| c.get(leaf));
@@ -289,7 +300,7 @@ impl RowGroupFilter for StatsPruner {
                     rg,
                     pages: locations.len(),
                 },
-                leaves: HashMap::from([(name.as_str(), (leaf, ty))]),
+                leaves,
             };
             let Ok(keep) = predicate.prune(&stats) else {
                 continue;
