@@ -65,6 +65,7 @@ pub use model::schema::{
 pub use model::types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value, ValueType};
 pub use options::{DEFAULT_MEMORY_BUDGET, DbOptions, MIN_MEMORY_BUDGET, ValueCompression, parse_memory_size};
 pub use remote::RemoteLocation;
+pub use segment::pages::PageCacheStats;
 pub use wal::{Durability, OsWalOpener, WalFile, WalOpener};
 
 // Storage components (crate-private).

@@ -134,11 +134,18 @@ pub struct DbOptions {
     /// process lets go of the maps' pages (`MADV_DONTNEED`): a page a read
     /// touches counts in the process's resident memory until then, so
     /// without a bound a scan of a large table leaves the whole table
-    /// resident. Point reads are not counted (see docs/decisions.md,
-    /// "Memory"). The pages stay in the OS page cache: the next read of one
-    /// costs a minor fault, not a disk read. `u64::MAX`: no bound.
-    /// Defaults to 128 MiB (a quarter of the memory budget).
+    /// resident. Point and range reads do not use the maps (see
+    /// `page_cache_bytes`). The pages stay in the OS page cache: the next
+    /// read of one costs a minor fault, not a disk read. `u64::MAX`: no
+    /// bound. Defaults to 64 MiB (an eighth of the memory budget).
     pub mapped_segment_bytes: u64,
+    /// Bytes of decoded `__pk` and `__cells` pages that point and range
+    /// reads (GetRow, GetRange, BatchGetRow, conditions) keep for the
+    /// reads after them, least recently used first out; they read pages
+    /// with `pread`, not through the maps, so this bounds what they hold.
+    /// 0: pages are decoded for each read. Defaults to 64 MiB (an eighth
+    /// of the memory budget).
+    pub page_cache_bytes: u64,
     /// Bytes of column chunks read from archived tables kept in memory,
     /// so that a repeated scan does not fetch them again (least recently
     /// used first out; 0: none). Defaults to 64 MiB (an eighth of the
@@ -184,6 +191,7 @@ impl Default for DbOptions {
             legacy_segments: false,
             archive_cache_bytes: 0,
             mapped_segment_bytes: 0,
+            page_cache_bytes: 0,
             clock: Arc::new(SystemClock),
             object_store: None,
             wal_opener: Arc::new(OsWalOpener),
@@ -242,20 +250,21 @@ impl DbOptions {
     /// - a table's memtable is flushed past an eighth (`memtable_bytes`),
     /// - writers stall while unflushed memtables pass half
     ///   (`write_buffer_bytes`),
-    /// - the pages scans take from mapped segments are let go past a
-    ///   quarter (`mapped_segment_bytes`),
+    /// - the pages scans take from mapped segments are let go past an
+    ///   eighth (`mapped_segment_bytes`),
+    /// - point and range reads cache decoded pages up to an eighth
+    ///   (`page_cache_bytes`),
     /// - archived chunks are cached up to an eighth (`archive_cache_bytes`).
     ///
     /// Not bounded by it yet: the work under way (a flush holds the
     /// segment it builds, a compaction a batch per input, a query its own
-    /// state), memtable overlays, the allocator's slack, and the mapped
-    /// pages point reads touch (up to the `__pk` and `__cells` columns of
-    /// the segments they read). A 10M-row `benches/compare` run peaked at
-    /// about twice the default (BENCHMARKS.md, "Memory").
+    /// state), memtable overlays and the allocator's slack
+    /// (BENCHMARKS.md, "Memory").
     pub fn memory_budget(mut self, bytes: usize) -> Self {
         self.memtable_bytes = (bytes / 8).max(1);
         self.write_buffer_bytes = (bytes / 2).max(1);
-        self.mapped_segment_bytes = (bytes / 4).max(1) as u64;
+        self.mapped_segment_bytes = (bytes / 8).max(1) as u64;
+        self.page_cache_bytes = (bytes / 8) as u64;
         self.archive_cache_bytes = bytes / 8;
         self
     }
@@ -309,10 +318,12 @@ mod tests {
         let o = DbOptions::default();
         assert_eq!(o.memtable_bytes, 64 << 20);
         assert_eq!(o.write_buffer_bytes, 256 << 20);
-        assert_eq!(o.mapped_segment_bytes, 128 << 20);
+        assert_eq!(o.mapped_segment_bytes, 64 << 20);
+        assert_eq!(o.page_cache_bytes, 64 << 20);
         assert_eq!(o.archive_cache_bytes, 64 << 20);
         let o = DbOptions::default().memory_budget(2 << 30);
         assert_eq!(o.memtable_bytes, 256 << 20);
-        assert_eq!(o.mapped_segment_bytes, 512 << 20);
+        assert_eq!(o.mapped_segment_bytes, 256 << 20);
+        assert_eq!(o.page_cache_bytes, 256 << 20);
     }
 }

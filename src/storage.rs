@@ -42,6 +42,8 @@ pub(crate) struct Storage {
     pub compaction_reserved: Arc<std::sync::atomic::AtomicU64>,
     /// The bound on mapped segment pages (`DbOptions::mapped_segment_bytes`).
     pub residency: Arc<crate::segment::residency::Residency>,
+    /// Decoded pages of point and range reads (`DbOptions::page_cache_bytes`).
+    pub page_cache: Arc<crate::segment::pages::PageCache>,
 }
 
 impl Storage {
@@ -99,7 +101,8 @@ impl Storage {
     pub fn open_segment(&self, meta: SegmentMeta) -> Arc<Segment> {
         Arc::new(
             Segment::new(meta, self.store.clone(), self.local_root.as_deref(), self.read_checks)
-                .with_residency(self.residency.clone()),
+                .with_residency(self.residency.clone())
+                .with_page_cache(self.page_cache.clone()),
         )
     }
 }

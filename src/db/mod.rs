@@ -371,6 +371,12 @@ impl Database {
         self.inner.shared.storage.residency.releases()
     }
 
+    /// What the cache of decoded pages behind point and range reads holds
+    /// and has done (`DbOptions::page_cache_bytes`).
+    pub fn page_cache_stats(&self) -> crate::PageCacheStats {
+        self.inner.shared.storage.page_cache.stats()
+    }
+
     /// Bytes appended to the write-ahead log since the database was opened
     /// (with flush and compaction bytes: the write amplification).
     pub fn wal_bytes(&self) -> u64 {

@@ -98,6 +98,7 @@ impl Database {
             )),
             compaction_reserved: Default::default(),
             residency: Arc::new(crate::segment::residency::Residency::new(options.mapped_segment_bytes)),
+            page_cache: Arc::new(crate::segment::pages::PageCache::new(options.page_cache_bytes)),
         };
         for entry in &catalog.tables {
             let t = match &entry.archive {

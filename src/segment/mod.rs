@@ -18,6 +18,7 @@ pub(crate) mod chunk_cache;
 mod encode;
 pub(crate) mod format;
 mod point;
+pub(crate) mod pages;
 mod prefetch;
 mod reader;
 pub(crate) mod residency;
@@ -155,6 +156,11 @@ pub(crate) struct Segment {
     chunk_cache: Option<(Arc<chunk_cache::ChunkCache>, u64)>,
     /// The database's bound on mapped pages (see [`Segment::with_residency`]).
     residency: Option<Arc<residency::Residency>>,
+    /// The database's cache of decoded `__pk`/`__cells` pages, and this
+    /// segment's id in it (see [`Segment::with_page_cache`]).
+    page_cache: Option<(Arc<pages::PageCache>, u64)>,
+    /// The local file opened for `pread` by point and range reads.
+    pread: std::sync::OnceLock<Arc<pages::PreadFile>>,
     /// Set when no manifest references the file any more: it is deleted
     /// when the last reader holding this segment drops it.
     obsolete: AtomicBool,
@@ -215,6 +221,8 @@ impl Segment {
             tail_cache: None,
             chunk_cache: None,
             residency: None,
+            page_cache: None,
+            pread: std::sync::OnceLock::new(),
             obsolete: AtomicBool::new(false),
         }
     }
@@ -242,6 +250,23 @@ impl Segment {
     pub fn with_residency(mut self, residency: Arc<residency::Residency>) -> Self {
         self.residency = Some(residency);
         self
+    }
+
+    /// Keeps the `__pk` and `__cells` pages point and range reads of this
+    /// (local) segment decode in `cache`, for the reads after them.
+    pub fn with_page_cache(mut self, cache: Arc<pages::PageCache>) -> Self {
+        self.page_cache = Some((cache, pages::next_id()));
+        self
+    }
+
+    /// The local file opened for `pread` (after the footer is loaded, so
+    /// that its reads are checked against the block checksums).
+    fn pread_file(&self, local: &std::path::Path) -> crate::error::Result<Arc<pages::PreadFile>> {
+        if let Some(f) = self.pread.get() {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(pages::PreadFile::open(local, self.checks.get().cloned(), &self.meta.path)?);
+        Ok(self.pread.get_or_init(|| f).clone())
     }
 
     /// The file's attribute columns in schema order (`md`: its footer).

@@ -1,5 +1,7 @@
-//! Point reads of one key from a mapped segment with Parquet's column
-//! readers: no Arrow arrays, no record-batch decoder.
+//! Point reads of one key's state from the attribute leaves of a mapped
+//! segment written before `__cells`, with Parquet's column readers: no
+//! Arrow arrays, no record-batch decoder. (Segments with `__cells` are
+//! read through [`super::pages`].)
 //!
 //! A GetRow through the Arrow reader built a row-group reader, Arrow
 //! readers for every leaf and record batches for one key, and that
@@ -15,14 +17,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parquet::column::reader::ColumnReaderImpl;
-use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DataType, DoubleType, Int32Type, Int64Type};
+use parquet::data_type::{BoolType, ByteArrayType, DataType, DoubleType, Int32Type, Int64Type};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnDescPtr;
 
-use super::cells::decode_cells;
 use super::checksum::BlockChecks;
 use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
@@ -39,19 +40,6 @@ pub(crate) struct RowGroupFile<'a> {
     pub rg: usize,
     /// For error messages.
     pub path: &'a str,
-}
-
-/// Readers of a row group's `__pk` and `__cells` leaves, kept open across
-/// the windows of a range read so that each page is decompressed once.
-pub(crate) struct CellsReaders {
-    /// The row group they read.
-    pub rg: usize,
-    /// The row they stand at.
-    pub next: usize,
-    pk_def: i16,
-    cells_def: i16,
-    pk: ColumnReaderImpl<ByteArrayType>,
-    cells: ColumnReaderImpl<ByteArrayType>,
 }
 
 /// The values of one leaf for a run of rows, nulls as `None`.
@@ -181,120 +169,6 @@ impl RowGroupFile<'_> {
                 }
             })
             .collect()
-    }
-
-    /// Calls `f(row, key)` for the keys of `candidates` in order while it
-    /// returns true. Keys are decoded in small steps, so stopping early
-    /// saves decoding the rest: a delta-encoded `__pk` (older segments)
-    /// allocates per decoded value.
-    fn scan_keys(
-        &self,
-        pk_leaf: usize,
-        candidates: Range<usize>,
-        mut f: impl FnMut(usize, &[u8]) -> bool,
-    ) -> Result<()> {
-        if candidates.is_empty() {
-            return Ok(());
-        }
-        let mut reader = self.reader::<ByteArrayType>(pk_leaf, &candidates)?;
-        const STEP: usize = 32;
-        let mut keys = Vec::with_capacity(STEP);
-        let mut at = candidates.start;
-        while at < candidates.end {
-            keys.clear();
-            let (records, _, _) = reader
-                .read_records(STEP.min(candidates.end - at), None, None, &mut keys)
-                .map_err(|e| self.err(e))?;
-            if records == 0 {
-                break;
-            }
-            for (i, k) in keys.iter().enumerate() {
-                if !f(at + i, k.data()) {
-                    return Ok(());
-                }
-            }
-            at += records;
-        }
-        Ok(())
-    }
-
-    /// The rows within `candidates` that hold `key` (a key's rows are
-    /// consecutive and keys ascend).
-    pub fn key_rows(&self, pk_leaf: usize, candidates: Range<usize>, key: &[u8]) -> Result<Option<Range<usize>>> {
-        let mut found: Option<Range<usize>> = None;
-        self.scan_keys(pk_leaf, candidates, |row, k| match k.cmp(key) {
-            std::cmp::Ordering::Less => true,
-            std::cmp::Ordering::Equal => {
-                found = Some(found.as_ref().map_or(row..row + 1, |f| f.start..row + 1));
-                true
-            }
-            std::cmp::Ordering::Greater => false,
-        })?;
-        Ok(found)
-    }
-
-    /// The leaf of `__cells` (the last one), when the file has it
-    /// (segments written before it do not).
-    pub fn cells_leaf(&self) -> Option<usize> {
-        let descr = self.md.file_metadata().schema_descr();
-        let last = descr.num_columns().checked_sub(1)?;
-        (descr.column(last).path().parts() == [format::CELLS]).then_some(last)
-    }
-
-    /// The state of the key whose first row is `row`, from its `__cells`
-    /// (leaf `leaf`); `columns`: the attribute columns to keep.
-    pub fn cells_state(
-        &self,
-        leaf: usize,
-        row: usize,
-        names: &[String],
-        columns: Option<&[String]>,
-    ) -> Result<RowState> {
-        let cells = self.one::<ByteArrayType>(leaf, row)?.ok_or_else(|| {
-            self.err(format!(
-                "__cells is null on row {row} of row group {}, a key's first row",
-                self.rg
-            ))
-        })?;
-        decode_cells(cells.data(), names, columns).map_err(|e| self.err(e.message()))
-    }
-
-    /// Readers of `__pk` (leaf `pk_leaf`) and `__cells` (leaf
-    /// `cells_leaf`) standing at `rows.start`, over the pages of `rows`.
-    pub fn open_cells(&self, pk_leaf: usize, cells_leaf: usize, rows: Range<usize>) -> Result<CellsReaders> {
-        Ok(CellsReaders {
-            rg: self.rg,
-            next: rows.start,
-            pk_def: self.leaf::<ByteArrayType>(pk_leaf)?.max_def_level(),
-            cells_def: self.leaf::<ByteArrayType>(cells_leaf)?.max_def_level(),
-            pk: self.reader::<ByteArrayType>(pk_leaf, &rows)?,
-            cells: self.reader::<ByteArrayType>(cells_leaf, &rows)?,
-        })
-    }
-
-    /// Reads the next `n` rows from `readers` (opened on this row group)
-    /// and calls `f(key, cells)` for each of them that starts a key (the
-    /// other rows of a key have no `__cells`), in key order, until it
-    /// breaks. The readers stand after the `n` rows either way.
-    pub fn each_cells(
-        &self,
-        readers: &mut CellsReaders,
-        n: usize,
-        mut f: impl FnMut(&ByteArray, &ByteArray) -> Result<std::ops::ControlFlow<()>>,
-    ) -> Result<()> {
-        let rows = readers.next..readers.next + n;
-        let keys = self.read_from(&mut readers.pk, readers.pk_def, rows.clone())?;
-        let cells = self.read_from(&mut readers.cells, readers.cells_def, rows.clone())?;
-        readers.next = rows.end;
-        for (k, c) in keys.iter().zip(&cells) {
-            if let Some(c) = c {
-                let k = k.as_ref().ok_or_else(|| self.err("__pk is null"))?;
-                if f(k, c)?.is_break() {
-                    break;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The state of the key stored in `rows`; `columns`: the attribute
@@ -442,6 +316,14 @@ impl UniformLeaf for DoubleType {
     }
 }
 
+/// The leaf of `__cells` (the last one), when the file has it (segments
+/// written before it do not).
+pub(super) fn cells_leaf(md: &ParquetMetaData) -> Option<usize> {
+    let descr = md.file_metadata().schema_descr();
+    let last = descr.num_columns().checked_sub(1)?;
+    (descr.column(last).path().parts() == [format::CELLS]).then_some(last)
+}
+
 /// The leaves of one attribute column: its `ts` and its value children.
 struct AttrLeaves {
     name: String,
@@ -472,7 +354,7 @@ fn pick_pages(pages: &[PageLocation], rows: &Range<usize>) -> Vec<PageLocation> 
 /// hold the same number of rows, so the page that would hold it then is
 /// tried before a binary search: the page locations of a large segment do
 /// not stay in cache, and a search cost ~9 cache misses per column.
-fn page_of(pages: &[PageLocation], row: usize) -> usize {
+pub(super) fn page_of(pages: &[PageLocation], row: usize) -> usize {
     let holds = |i: usize| {
         pages[i].first_row_index as usize <= row && pages.get(i + 1).is_none_or(|n| n.first_row_index as usize > row)
     };

@@ -28,7 +28,8 @@ use parquet::file::page_index::offset_index::PageLocation;
 use super::Segment;
 use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
-use super::point::{CellsReaders, RowGroupFile, partition};
+use super::pages::{CellsCursor, GroupPages};
+use super::point::{RowGroupFile, cells_leaf, partition};
 use super::reader::{MappedRange, SegmentFileReader, pk_bounds, row_group_overlaps};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
@@ -45,7 +46,7 @@ impl Segment {
         if key < self.min_key.as_slice() || key > self.max_key.as_slice() {
             return Ok(None);
         }
-        let Some(file) = self.local_file()? else {
+        let Some(file) = self.local_path.clone() else {
             if !self.may_contain(key).await? {
                 return Ok(None);
             }
@@ -59,17 +60,17 @@ impl Segment {
             }
             return Ok(None);
         };
-        // A mapped file: Parquet's column readers over the key's pages.
+        // A local file: the key's `__pk` and `__cells` pages, through the
+        // page cache.
         let meta = self.reader_metadata().await?;
         let blooms = self.blooms().await?;
         let md = meta.metadata();
-        let range = KeyRange::point(key);
         let bounds = |rg: usize| pk_bounds(md.row_group(rg).column(0).statistics());
         // Row groups ascend by key: start at the first whose largest key is
         // not below this one.
         let n = md.num_row_groups();
         let first = partition(n, |rg| bounds(rg).is_some_and(|(_, max)| max < key));
-        let file = mapped_bytes(&file);
+        let pread = self.pread_file(&file)?;
         for rg in first..n {
             match bounds(rg) {
                 Some((min, _)) if min > key => break,
@@ -79,16 +80,32 @@ impl Segment {
             if blooms.get(rg).and_then(|b| b.as_ref()).is_some_and(|b| !b.check(key)) {
                 continue;
             }
-            let group = self.row_group_file(&file, md, rg);
-            // `__pk` is the first column, so leaf 0.
-            if let Some(rows) = group.key_rows(0, selected_rows(md, rg, &range), key)? {
-                return match group.cells_leaf() {
-                    Some(cells) => group
-                        .cells_state(cells, rows.start, &self.attribute_names(md), columns)
-                        .map(Some),
-                    None => group.key_state(rows, columns).map(Some),
-                };
-            }
+            let pages = self.group_pages(&pread, md, rg);
+            let Some(row) = pages.find_key(key)? else { continue };
+            let err = |e: Error| Error::corruption(format!("segment {}: {}", self.meta.path, e.message()));
+            return match cells_leaf(md) {
+                Some(cells) => {
+                    let page = pages.page_holding(cells, row)?;
+                    let c = page.value(row).ok_or_else(|| {
+                        Error::corruption(format!(
+                            "segment {}: __cells is null on row {row} of row group {rg}, a key's first row",
+                            self.meta.path
+                        ))
+                    })?;
+                    super::cells::decode_cells(c.data(), &self.attribute_names(md), columns)
+                        .map(Some)
+                        .map_err(err)
+                }
+                None => {
+                    let rows = pages.key_rows(row)?;
+                    let Some(map) = self.local_file()? else {
+                        return Err(Error::corruption(format!("segment {} is no longer mapped", self.meta.path)));
+                    };
+                    self.row_group_file(&mapped_bytes(&map), md, rg)
+                        .key_state(rows, columns)
+                        .map(Some)
+                }
+            };
         }
         Ok(None)
     }
@@ -100,6 +117,23 @@ fn mapped_bytes(file: &Arc<memmap2::Mmap>) -> Arc<Bytes> {
 }
 
 impl Segment {
+    /// Row group `rg`'s pages for point and range reads, read from
+    /// `pread` through the database's page cache.
+    fn group_pages<'a>(
+        &'a self,
+        pread: &'a Arc<super::pages::PreadFile>,
+        md: &'a ParquetMetaData,
+        rg: usize,
+    ) -> GroupPages<'a> {
+        GroupPages {
+            cache: self.page_cache.as_ref().map(|(c, _)| &**c),
+            id: self.page_cache.as_ref().map_or(0, |(_, id)| *id),
+            file: pread,
+            md,
+            rg,
+        }
+    }
+
     /// Row group `rg` of this segment's mapped `file` (see
     /// [`mapped_bytes`]), for Parquet's column readers.
     fn row_group_file<'a>(&'a self, file: &Arc<Bytes>, md: &'a ParquetMetaData, rg: usize) -> RowGroupFile<'a> {
@@ -129,7 +163,7 @@ impl Segment {
 /// below `key`: that page holds the first row at or past `key`; with the
 /// page index and the page's number in it. The whole row group without a
 /// page index.
-fn first_page_reaching<'m>(
+pub(super) fn first_page_reaching<'m>(
     md: &'m ParquetMetaData,
     rg: usize,
     key: &[u8],
@@ -382,10 +416,10 @@ pub(crate) struct SegmentCursor {
     pending: Option<VecDeque<(usize, Range<usize>)>>,
     window: usize,
     carry: Option<(Vec<u8>, RowState)>,
-    /// The `__pk` and `__cells` readers of the row group being read (a
-    /// mapped file with `__cells`): the next window goes on from where
-    /// the last one ended instead of decompressing its pages again.
-    open: Option<CellsReaders>,
+    /// Where the read of the row group being read stands in its `__pk`
+    /// and `__cells` pages (a local file with `__cells`): the next window
+    /// goes on from the pages the last one ended in.
+    open: Option<CellsCursor>,
     /// Keys in range read from `__cells` and not decoded yet, in scan
     /// order: a chunk decodes `decode_keys` of them, so that a GetRange
     /// with a small limit decodes about as many states as it returns,
@@ -457,7 +491,6 @@ impl SegmentCursor {
             } else {
                 rows.start..rows.end.min(rows.start.saturating_add(step))
             };
-            let group_end = rows.end;
             rows.start = window.end;
             let last_of_group = rows.start >= rows.end;
             if last_of_group {
@@ -465,7 +498,7 @@ impl SegmentCursor {
             }
             self.window = self.window.saturating_mul(2).min(1 << 16);
             let mut states: Vec<_> = self.carry.take().into_iter().collect();
-            let read = self.read_rows(&meta, rg, window, group_end, &mut states).await?;
+            let read = self.read_rows(&meta, rg, window, &mut states).await?;
             if read.past_end && !self.backward {
                 // Keys ascend: nothing later is in the range.
                 if let Some(p) = self.pending.as_mut() {
@@ -500,50 +533,47 @@ impl SegmentCursor {
             .collect()
     }
 
-    /// Reads `rows` of row group `rg`, whose selected rows end at
-    /// `group_end`, into `out`.
+    /// Reads `rows` of row group `rg` into `out`.
     async fn read_rows(
         &mut self,
         meta: &ArrowReaderMetadata,
         rg: usize,
         rows: Range<usize>,
-        group_end: usize,
         out: &mut Vec<(Vec<u8>, RowState)>,
     ) -> Result<WindowRead> {
         let md = meta.metadata();
-        // A mapped file with `__cells`: two leaves through Parquet's column
-        // readers, no Arrow decoding of every attribute.
-        if let Some(file) = self.seg.local_file()? {
-            let group = self.seg.row_group_file(&mapped_bytes(&file), md, rg);
-            if let Some(cells) = group.cells_leaf() {
-                let mut past_end = false;
-                let first = self.raw.len();
-                // Taken: an error leaves no half-read readers behind.
-                let mut open = match self.open.take() {
-                    Some(o) if o.rg == rg && o.next == rows.start => o,
-                    _ => group.open_cells(0, cells, rows.start..group_end.max(rows.end))?,
-                };
-                group.each_cells(&mut open, rows.len(), |key, c| {
-                    if self.range.hi.as_deref().is_some_and(|hi| key.data() >= hi) {
-                        past_end = true;
-                        return Ok(std::ops::ControlFlow::Break(()));
-                    }
-                    if self.range.contains(key.data()) {
-                        self.raw.push_back((key.clone(), c.clone()));
-                    }
-                    Ok(std::ops::ControlFlow::Continue(()))
-                })?;
-                self.open = Some(open);
-                if self.backward {
-                    // Read in key order; handed out in scan order.
-                    self.raw.make_contiguous()[first..].reverse();
+        // A local file with `__cells`: two leaves, page by page through
+        // the page cache, no Arrow decoding of every attribute.
+        if let (Some(local), Some(cells)) = (self.seg.local_path.clone(), cells_leaf(md)) {
+            let pread = self.seg.pread_file(&local)?;
+            let pages = self.seg.group_pages(&pread, md, rg);
+            let mut past_end = false;
+            let first = self.raw.len();
+            // Taken: an error leaves no half-read cursor behind.
+            let mut open = match self.open.take() {
+                Some(o) if o.rg == rg && o.next == rows.start => o,
+                _ => CellsCursor::new(rg, rows.start),
+            };
+            open.each(&pages, cells, rows.len(), |key, c| {
+                if self.range.hi.as_deref().is_some_and(|hi| key.data() >= hi) {
+                    past_end = true;
+                    return Ok(std::ops::ControlFlow::Break(()));
                 }
-                // Each key's `__cells` is its whole state.
-                return Ok(WindowRead {
-                    whole_keys: true,
-                    past_end,
-                });
+                if self.range.contains(key.data()) {
+                    self.raw.push_back((key.clone(), c.clone()));
+                }
+                Ok(std::ops::ControlFlow::Continue(()))
+            })?;
+            self.open = Some(open);
+            if self.backward {
+                // Read in key order; handed out in scan order.
+                self.raw.make_contiguous()[first..].reverse();
             }
+            // Each key's `__cells` is its whole state.
+            return Ok(WindowRead {
+                whole_keys: true,
+                past_end,
+            });
         }
         let schema = meta.schema();
         // A remote file with `__cells` is read through it too: two columns

@@ -3,7 +3,8 @@
 //! projection of one column, a few or all, over random streams of PutRow,
 //! UpdateRow (puts, DeleteOneVersion, DeleteAll, increments), DeleteRow and
 //! explicit versions, across reopens, with segments written with and
-//! without `__cells` in one table.
+//! without `__cells` in one table, through a page cache that evicts all
+//! the time or keeps nothing.
 //!
 //! A read runs while writes go on, so it may see any state between the
 //! last write acknowledged before it started and the one in flight when it
@@ -331,6 +332,9 @@ async fn run(seed: u64, phases: usize, writes: usize) {
         // Mapped segment pages are let go every four reads or so, while
         // other reads borrow them.
         mapped_segment_bytes: 256 << 10,
+        // Point and range reads' decoded pages: none kept (every third
+        // seed), or a few dozen, evicted all the time.
+        page_cache_bytes: if seed % 3 == 0 { 0 } else { 8 << 10 },
         ..DbOptions::default().clock(clock.clone()).memtable_bytes(4 << 10)
     };
     let mut rng = StdRng::seed_from_u64(seed);
@@ -354,6 +358,7 @@ async fn run(seed: u64, phases: usize, writes: usize) {
         ..Default::default()
     };
     let mut reads = 0;
+    let mut page_stats = Vec::new();
     for phase in 0..phases {
         let history = Arc::new(parking_lot::Mutex::new(vec![model.clone()]));
         let done = Arc::new(AtomicBool::new(false));
@@ -410,6 +415,7 @@ async fn run(seed: u64, phases: usize, writes: usize) {
                 );
             }
         }
+        page_stats.push(db.page_cache_stats());
         drop(t);
         db.close().await.unwrap();
         db = Database::open_with(dir.path(), small(phase % 2 == 0)).await.unwrap();
@@ -439,6 +445,14 @@ async fn run(seed: u64, phases: usize, writes: usize) {
         db.mapped_page_releases() > 0,
         "seed {seed}: no mapped pages were let go"
     );
+    page_stats.push(db.page_cache_stats());
+    for pages in &page_stats {
+        assert!(pages.bytes <= pages.capacity, "seed {seed}: {pages:?}");
+    }
+    // Reads found pages in the cache, and read pages on misses.
+    let (hits, misses) = page_stats.iter().fold((0, 0), |(h, m), p| (h + p.hits, m + p.misses));
+    assert!(misses > 0, "seed {seed}: {page_stats:?}");
+    assert_eq!(hits > 0, seed % 3 != 0, "seed {seed}: {page_stats:?}");
     drop(t);
     db.close().await.unwrap();
 }
