@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Buf, Bytes};
+use parquet::column::page::PageReader;
 use parquet::column::reader::ColumnReaderImpl;
 use parquet::data_type::{ByteArray, ByteArrayType, DataType};
 use parquet::file::metadata::ParquetMetaData;
@@ -47,7 +48,7 @@ struct PageWeight;
 
 impl quick_cache::Weighter<(u64, u64), Arc<Page>> for PageWeight {
     fn weight(&self, _: &(u64, u64), page: &Arc<Page>) -> u64 {
-        page.weight
+        page.weight()
     }
 }
 
@@ -96,29 +97,48 @@ pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// One decoded page of a byte-array leaf: its rows' values, `None` where
-/// a row has none.
+/// One decoded page of a byte-array leaf: the decompressed page and,
+/// per row, where its PLAIN-encoded value (`[length: u32 LE][bytes]`)
+/// starts in it. (A value per row cost 32 bytes as Parquet's
+/// `ByteArray`, more than a `__pk` key itself, and decoding them cost
+/// more than the page's decompression.)
 pub(crate) struct Page {
     /// The row group's row this page starts at.
     pub first_row: usize,
-    pub values: Vec<Option<ByteArray>>,
-    /// Bytes it holds (its values share the decompressed page).
-    weight: u64,
+    buf: Bytes,
+    /// Per row, the offset of its value in `buf`; [`NULL`] where the row
+    /// has none.
+    at: Vec<u32>,
 }
+
+/// A row without a value in [`Page::at`].
+const NULL: u32 = u32::MAX;
 
 impl Page {
     /// The row group's row after this page's last.
     pub fn end_row(&self) -> usize {
-        self.first_row + self.values.len()
+        self.first_row + self.at.len()
     }
 
     pub fn holds(&self, row: usize) -> bool {
         (self.first_row..self.end_row()).contains(&row)
     }
 
-    /// The value of row `row` (which the page holds).
-    pub fn value(&self, row: usize) -> Option<&ByteArray> {
-        self.values.get(row - self.first_row)?.as_ref()
+    /// The value of row `row` (which the page holds), `None` when null.
+    /// (Offsets and lengths were checked against the page when it was
+    /// decoded.)
+    pub fn value(&self, row: usize) -> Option<&[u8]> {
+        let at = *self.at.get(row.checked_sub(self.first_row)?)?;
+        if at == NULL {
+            return None;
+        }
+        let at = at as usize;
+        let len = u32::from_le_bytes(self.buf.get(at..at + 4)?.try_into().ok()?) as usize;
+        self.buf.get(at + 4..at + 4 + len)
+    }
+
+    fn weight(&self) -> u64 {
+        (self.buf.len() + self.at.capacity() * 4 + 96) as u64
     }
 }
 
@@ -239,6 +259,12 @@ impl GroupPages<'_> {
     /// Reads, checks and decodes page `i` of leaf `leaf` (a flat byte
     /// array leaf).
     fn load(&self, leaf: usize, i: Option<usize>) -> Result<Page> {
+        self.load_with(leaf, i, true)
+    }
+
+    /// [`Self::load`]; `direct`: PLAIN pages are decoded here rather than
+    /// by Parquet's column reader (off only in tests, to compare).
+    fn load_with(&self, leaf: usize, i: Option<usize>, direct: bool) -> Result<Page> {
         let descr = self.md.file_metadata().schema_descr().column(leaf);
         if descr.physical_type() != ByteArrayType::get_physical_type() || descr.max_rep_level() != 0 {
             return Err(self.err(format!(
@@ -267,15 +293,37 @@ impl GroupPages<'_> {
             _ => (None, 0..total),
         };
         let path = self.file.path.as_str();
-        let pages = SerializedPageReader::new(self.file.clone(), group.column(leaf), total, locations)
+        let n = rows.len();
+        let mut pages = SerializedPageReader::new(self.file.clone(), group.column(leaf), total, locations.clone())
             .map_err(|e| super::read_error(path, e))?;
+        // A page of one PLAIN byte array leaf without a dictionary (as
+        // `__pk` and `__cells` are written) is decoded here directly.
+        if direct && group.column(leaf).dictionary_page_offset().is_none() && locations.is_some() {
+            if i.is_some_and(|i| i > 0) {
+                pages.skip_next_page().map_err(|e| super::read_error(path, e))?;
+            }
+            let page = pages
+                .get_next_page()
+                .map_err(|e| super::read_error(path, e))?
+                .ok_or_else(|| self.err(format!("row group {} leaf {leaf} ends before row {}", self.rg, rows.start)))?;
+            if let Some(at) = plain_offsets(&page, descr.max_def_level(), n).map_err(|e| self.err(e))? {
+                return Ok(Page {
+                    first_row: rows.start,
+                    buf: page.buffer().clone(),
+                    at,
+                });
+            }
+            #[cfg(test)]
+            tests::FALLBACKS.fetch_add(1, Ordering::Relaxed);
+            pages = SerializedPageReader::new(self.file.clone(), group.column(leaf), total, locations)
+                .map_err(|e| super::read_error(path, e))?;
+        }
         let mut reader = ColumnReaderImpl::<ByteArrayType>::new(descr.clone(), Box::new(pages));
         let skipped = reader.skip_records(rows.start).map_err(|e| super::read_error(path, e))?;
         if skipped != rows.start {
             return Err(self.err(format!("row group {} ends before row {}", self.rg, rows.start)));
         }
         let max_def = descr.max_def_level();
-        let n = rows.len();
         let mut defs = Vec::with_capacity(n);
         let mut values = Vec::with_capacity(n);
         let mut read = 0;
@@ -288,22 +336,28 @@ impl GroupPages<'_> {
             }
             read += records;
         }
-        let bytes: usize = values.iter().map(|v: &ByteArray| v.len()).sum();
-        let values: Vec<Option<ByteArray>> = if max_def == 0 {
-            values.into_iter().map(Some).collect()
-        } else {
-            let mut values = values.into_iter();
-            defs.iter()
-                .map(|&d| match d == max_def {
-                    true => values.next().map(Some).ok_or_else(|| self.err("fewer values than levels")),
-                    false => Ok(None),
-                })
-                .collect::<Result<_>>()?
-        };
+        // Laid out as a PLAIN page would be.
+        let bytes: usize = values.iter().map(|v: &ByteArray| 4 + v.len()).sum();
+        if bytes >= NULL as usize {
+            return Err(self.err(format!("a page of row group {} holds {bytes} bytes of values", self.rg)));
+        }
+        let mut buf = Vec::with_capacity(bytes);
+        let mut at = Vec::with_capacity(n);
+        let mut values = values.into_iter();
+        for r in 0..n {
+            if max_def > 0 && defs.get(r) != Some(&max_def) {
+                at.push(NULL);
+                continue;
+            }
+            let v = values.next().ok_or_else(|| self.err("fewer values than levels"))?;
+            at.push(buf.len() as u32);
+            buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            buf.extend_from_slice(v.data());
+        }
         Ok(Page {
             first_row: rows.start,
-            weight: (bytes + values.len() * std::mem::size_of::<Option<ByteArray>>() + 128) as u64,
-            values,
+            buf: Bytes::from(buf),
+            at,
         })
     }
 
@@ -319,24 +373,23 @@ impl GroupPages<'_> {
             return Ok(None);
         }
         let page = self.page(0, page.map(|(_, i)| i))?;
-        let at = super::point::partition(page.values.len(), |r| {
-            page.values[r].as_ref().is_some_and(|k| k.data() < key)
-        });
-        Ok(page.values.get(at).and_then(|k| k.as_ref()).is_some_and(|k| k.data() == key).then_some(page.first_row + at))
+        let (first, rows) = (page.first_row, page.end_row() - page.first_row);
+        let at = super::point::partition(rows, |r| page.value(first + r).is_some_and(|k| k < key));
+        Ok((page.value(first + at) == Some(key)).then_some(first + at))
     }
 
     /// The rows of the key whose first row is `first` (a key's rows are
     /// consecutive), through the `__pk` pages.
     pub fn key_rows(&self, first: usize) -> Result<Range<usize>> {
         let mut page = self.page_holding(0, first)?;
-        let key = page.value(first).ok_or_else(|| self.err("__pk is null"))?.clone();
+        let key = page.value(first).ok_or_else(|| self.err("__pk is null"))?.to_vec();
         let total = self.md.row_group(self.rg).num_rows() as usize;
         let mut end = first + 1;
         while end < total {
             if !page.holds(end) {
                 page = self.page_holding(0, end)?;
             }
-            if page.value(end).is_none_or(|k| k != &key) {
+            if page.value(end).is_none_or(|k| k != key) {
                 break;
             }
             end += 1;
@@ -376,16 +429,25 @@ impl CellsCursor {
         group: &GroupPages<'_>,
         cells_leaf: usize,
         n: usize,
-        mut f: impl FnMut(&ByteArray, &ByteArray) -> Result<std::ops::ControlFlow<()>>,
+        mut f: impl FnMut(KeyCells) -> Result<std::ops::ControlFlow<()>>,
     ) -> Result<()> {
         let rows = self.next..self.next + n;
         self.next = rows.end;
         for row in rows {
             let cells = fresh(&mut self.cells, |p| group.page_holding(cells_leaf, p), row)?;
-            let Some(c) = cells.value(row) else { continue };
+            if cells.value(row).is_none() {
+                continue;
+            }
             let pk = fresh(&mut self.pk, |p| group.page_holding(0, p), row)?;
-            let k = pk.value(row).ok_or_else(|| group.err("__pk is null"))?;
-            if f(k, c)?.is_break() {
+            if pk.value(row).is_none() {
+                return Err(group.err("__pk is null"));
+            }
+            let found = KeyCells {
+                pk: pk.clone(),
+                cells: cells.clone(),
+                row,
+            };
+            if f(found)?.is_break() {
                 break;
             }
         }
@@ -393,14 +455,252 @@ impl CellsCursor {
     }
 }
 
+/// A key's `__pk` and `__cells` values in their decoded pages.
+pub(crate) struct KeyCells {
+    pk: Arc<Page>,
+    cells: Arc<Page>,
+    row: usize,
+}
+
+impl KeyCells {
+    pub fn key(&self) -> &[u8] {
+        self.pk.value(self.row).unwrap_or_default()
+    }
+
+    pub fn cells(&self) -> &[u8] {
+        self.cells.value(self.row).unwrap_or_default()
+    }
+}
+
+/// Where each of the `rows` rows' value starts in a PLAIN byte-array data
+/// page of a flat leaf with definition level `max_def` (0 or 1), the
+/// definition levels RLE-encoded; `Ok(None)` for a page of another shape
+/// (decoded by Parquet's column reader instead). Every offset and length
+/// is checked to lie in the page.
+fn plain_offsets(page: &parquet::column::page::Page, max_def: i16, rows: usize) -> std::result::Result<Option<Vec<u32>>, String> {
+    use parquet::basic::Encoding;
+    use parquet::column::page::Page as P;
+    let buf = page.buffer();
+    if buf.len() >= NULL as usize || max_def > 1 {
+        return Ok(None);
+    }
+    // (where the definition levels are, where the values start)
+    let (levels, values) = match page {
+        P::DataPage { encoding: Encoding::PLAIN, num_values, def_level_encoding, .. } => {
+            if *num_values as usize != rows {
+                return Err(format!("a page holds {num_values} values where its offset index says {rows} rows"));
+            }
+            match max_def {
+                0 => (0..0, 0),
+                _ if *def_level_encoding != Encoding::RLE => return Ok(None),
+                _ => {
+                    let len = buf.get(..4).ok_or("a page ends inside its level length")?;
+                    let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+                    (4..4 + len, 4 + len)
+                }
+            }
+        }
+        P::DataPageV2 {
+            encoding: Encoding::PLAIN,
+            num_rows,
+            def_levels_byte_len,
+            rep_levels_byte_len: 0,
+            ..
+        } => {
+            if *num_rows as usize != rows {
+                return Err(format!("a page holds {num_rows} rows where its offset index says {rows}"));
+            }
+            let len = *def_levels_byte_len as usize;
+            (0..len, len)
+        }
+        _ => return Ok(None),
+    };
+    let present = if max_def == 0 {
+        vec![true; rows]
+    } else {
+        let levels = buf.get(levels).ok_or("a page ends inside its levels")?;
+        bit_levels(levels, rows)?
+    };
+    let mut at = Vec::with_capacity(rows);
+    let mut pos = values;
+    for p in present {
+        if !p {
+            at.push(NULL);
+            continue;
+        }
+        let len = buf.get(pos..pos + 4).ok_or("a page ends inside a value's length")?;
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        if pos + 4 + len > buf.len() {
+            return Err("a value runs past the end of its page".into());
+        }
+        at.push(pos as u32);
+        pos += 4 + len;
+    }
+    Ok(Some(at))
+}
+
+/// `rows` levels of bit width 1 from Parquet's RLE / bit-packed hybrid
+/// encoding (`true`: defined).
+fn bit_levels(mut data: &[u8], rows: usize) -> std::result::Result<Vec<bool>, String> {
+    let mut out = Vec::with_capacity(rows);
+    while out.len() < rows {
+        let mut header = 0u64;
+        let mut shift = 0;
+        loop {
+            let (&b, rest) = data.split_first().ok_or("definition levels end early")?;
+            data = rest;
+            header |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+            if shift > 63 {
+                return Err("a definition level run header is too long".into());
+            }
+        }
+        let count = (header >> 1) as usize;
+        if header & 1 == 0 {
+            // A run: `count` copies of a value stored in one byte.
+            let (&v, rest) = data.split_first().ok_or("definition levels end early")?;
+            data = rest;
+            if v > 1 {
+                return Err(format!("definition level {v} where at most 1 is possible"));
+            }
+            out.extend(std::iter::repeat_n(v == 1, count.min(rows - out.len())));
+        } else {
+            // `count` groups of 8 bit-packed values: one byte each.
+            let bytes = data.get(..count).ok_or("definition levels end early")?;
+            data = &data[count..];
+            for &b in bytes {
+                for bit in 0..8 {
+                    if out.len() < rows {
+                        out.push(b >> bit & 1 == 1);
+                    }
+                }
+            }
+        }
+        if count == 0 {
+            return Err("an empty definition level run".into());
+        }
+    }
+    Ok(out)
+}
+
 /// The page in `slot`, replaced by `load(row)`'s when it does not hold `row`.
 fn fresh<'p>(
     slot: &'p mut Option<Arc<Page>>,
     load: impl FnOnce(usize) -> Result<Arc<Page>>,
     row: usize,
-) -> Result<&'p Page> {
+) -> Result<&'p Arc<Page>> {
     if !slot.as_ref().is_some_and(|p| p.holds(row)) {
         *slot = Some(load(row)?);
     }
     Ok(slot.as_ref().expect("set above"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, BinaryArray, RecordBatch};
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::Compression;
+    use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
+    use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+
+    /// Pages the direct decoder left to the column reader.
+    pub(super) static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+    #[test]
+    fn levels_decode_runs_and_bit_packed_groups() {
+        // A run of 5 ones, then one group of 8 bit-packed values.
+        let data = [5 << 1, 1, (1 << 1) | 1, 0b1010_0110];
+        let got = bit_levels(&data, 12).unwrap();
+        let want = [1, 1, 1, 1, 1, 0, 1, 1, 0, 0, 1, 0].map(|b| b == 1);
+        assert_eq!(got, want);
+        assert!(bit_levels(&data[..2], 12).is_err(), "levels cut short");
+        assert!(bit_levels(&[2 << 1, 2], 2).is_err(), "a level above 1");
+    }
+
+    /// Pages decoded directly equal what Parquet's column reader makes of
+    /// them, for v1 and v2 pages, required and nullable leaves, runs of
+    /// nulls and scattered ones, compressed or not.
+    #[test]
+    fn direct_decoding_matches_the_column_reader() {
+        use parquet::basic::Encoding;
+        for (version, codec, encoding) in [
+            (WriterVersion::PARQUET_1_0, Compression::LZ4_RAW, Encoding::PLAIN),
+            (WriterVersion::PARQUET_2_0, Compression::LZ4_RAW, Encoding::PLAIN),
+            (WriterVersion::PARQUET_1_0, Compression::UNCOMPRESSED, Encoding::PLAIN),
+            // Not PLAIN: left to the column reader.
+            (WriterVersion::PARQUET_2_0, Compression::LZ4_RAW, Encoding::DELTA_BYTE_ARRAY),
+        ] {
+            let fallbacks = FALLBACKS.load(Ordering::Relaxed);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("p.parquet");
+            let rows = 1000;
+            let keys: Vec<Vec<u8>> = (0..rows).map(|i| format!("key{i:05}").into_bytes()).collect();
+            // Nulls in runs (rows 100..300) and scattered (every third).
+            let cells: Vec<Option<Vec<u8>>> = (0..rows)
+                .map(|i| (!(100..300).contains(&i) && i % 3 != 0).then(|| vec![i as u8; i % 7]))
+                .collect();
+            let batch = RecordBatch::try_from_iter([
+                ("k", Arc::new(BinaryArray::from_iter_values(&keys)) as ArrayRef),
+                ("c", Arc::new(BinaryArray::from_iter(cells.iter().map(|c| c.as_deref()))) as ArrayRef),
+            ])
+            .unwrap();
+            let props = WriterProperties::builder()
+                .set_writer_version(version)
+                .set_compression(codec)
+                .set_dictionary_enabled(false)
+                .set_encoding(encoding)
+                .set_statistics_enabled(EnabledStatistics::Page)
+                .set_data_page_row_count_limit(64)
+                .set_write_batch_size(16)
+                .set_max_row_group_row_count(Some(400))
+                .build();
+            let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+            let file = Arc::new(PreadFile::open(&path, None, "p.parquet").unwrap());
+            let md = ParquetMetaDataReader::new()
+                .with_page_index_policy(PageIndexPolicy::Required)
+                .parse_and_finish(&*file)
+                .unwrap();
+            let mut first = 0;
+            for rg in 0..md.num_row_groups() {
+                let group = GroupPages {
+                    cache: None,
+                    id: 0,
+                    file: &file,
+                    md: &md,
+                    rg,
+                };
+                let n = md.row_group(rg).num_rows() as usize;
+                for leaf in 0..2 {
+                    let pages = group.locations(leaf).unwrap().len();
+                    assert!(pages > 1, "{version:?}: one page");
+                    for i in 0..pages {
+                        let direct = group.load_with(leaf, Some(i), true).unwrap();
+                        let reader = group.load_with(leaf, Some(i), false).unwrap();
+                        assert_eq!((direct.first_row, direct.end_row()), (reader.first_row, reader.end_row()));
+                        for r in direct.first_row..direct.end_row() {
+                            let want = match leaf {
+                                0 => Some(keys[first + r].as_slice()),
+                                _ => cells[first + r].as_deref(),
+                            };
+                            assert_eq!(direct.value(r), want, "{version:?} {codec:?} rg {rg} leaf {leaf} row {r}");
+                            assert_eq!(reader.value(r), want);
+                        }
+                    }
+                }
+                first += n;
+            }
+            assert_eq!(first, rows);
+            let fallbacks = FALLBACKS.load(Ordering::Relaxed) - fallbacks;
+            match encoding {
+                Encoding::PLAIN => assert_eq!(fallbacks, 0, "{version:?}: a PLAIN page was not decoded directly"),
+                _ => assert!(fallbacks > 0),
+            }
+        }
+    }
 }

@@ -28,7 +28,7 @@ use parquet::file::page_index::offset_index::PageLocation;
 use super::Segment;
 use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
-use super::pages::{CellsCursor, GroupPages};
+use super::pages::{CellsCursor, GroupPages, KeyCells};
 use super::point::{RowGroupFile, cells_leaf, partition};
 use super::reader::{MappedRange, SegmentFileReader, pk_bounds, row_group_overlaps};
 use crate::error::{Error, Result};
@@ -92,7 +92,7 @@ impl Segment {
                             self.meta.path
                         ))
                     })?;
-                    super::cells::decode_cells(c.data(), &self.attribute_names(md), columns)
+                    super::cells::decode_cells(c, &self.attribute_names(md), columns)
                         .map(Some)
                         .map_err(err)
                 }
@@ -424,7 +424,7 @@ pub(crate) struct SegmentCursor {
     /// order: a chunk decodes `decode_keys` of them, so that a GetRange
     /// with a small limit decodes about as many states as it returns,
     /// not a window's worth.
-    raw: VecDeque<(parquet::data_type::ByteArray, parquet::data_type::ByteArray)>,
+    raw: VecDeque<KeyCells>,
     decode_keys: usize,
 }
 
@@ -525,10 +525,10 @@ impl SegmentCursor {
         self.decode_keys = self.decode_keys.saturating_mul(2).min(1 << 16);
         self.raw
             .drain(..n)
-            .map(|(key, cells)| {
-                let st = super::cells::decode_cells(cells.data(), &names, self.columns.as_deref())
+            .map(|found| {
+                let st = super::cells::decode_cells(found.cells(), &names, self.columns.as_deref())
                     .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
-                Ok((key.data().to_vec(), st))
+                Ok((found.key().to_vec(), st))
             })
             .collect()
     }
@@ -554,13 +554,13 @@ impl SegmentCursor {
                 Some(o) if o.rg == rg && o.next == rows.start => o,
                 _ => CellsCursor::new(rg, rows.start),
             };
-            open.each(&pages, cells, rows.len(), |key, c| {
-                if self.range.hi.as_deref().is_some_and(|hi| key.data() >= hi) {
+            open.each(&pages, cells, rows.len(), |found| {
+                if self.range.hi.as_deref().is_some_and(|hi| found.key() >= hi) {
                     past_end = true;
                     return Ok(std::ops::ControlFlow::Break(()));
                 }
-                if self.range.contains(key.data()) {
-                    self.raw.push_back((key.clone(), c.clone()));
+                if self.range.contains(found.key()) {
+                    self.raw.push_back(found);
                 }
                 Ok(std::ops::ControlFlow::Continue(()))
             })?;

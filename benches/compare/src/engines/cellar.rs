@@ -33,7 +33,9 @@ impl CellarEngine {
             .build()
             .map_err(err)?;
         let (db, table) = rt.block_on(async {
-            let db = Database::open(dir).await.map_err(err)?;
+            let mut o = DbOptions::default();
+            if let Ok(mb) = std::env::var("TMP_PAGE_CACHE_MB") { o.page_cache_bytes = mb.parse::<u64>().unwrap() << 20; }
+            let db = Database::open_with(dir, o).await.map_err(err)?;
             if db.table("t").is_err() {
                 db.create_table(
                     TableSchema::new("t")
@@ -67,6 +69,9 @@ impl CellarEngine {
 impl Drop for CellarEngine {
     fn drop(&mut self) {
         if let Some(db) = self.db.take() {
+            if std::env::var_os("COMPARE_TRACE").is_some() {
+                eprintln!("cellar page cache: {:?}", db.page_cache_stats());
+            }
             let _ = self.rt.block_on(db.close());
         }
     }
