@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Durability, MAGIC, file_name, record_header};
+use super::{Durability, MAGIC, MAGIC_PREALLOCATED, file_name, record_header};
 use crate::error::{Error, Result};
 
 /// The WAL's appender. Owned by the committer thread; not shared.
@@ -28,6 +28,9 @@ pub(crate) struct WalWriter {
     last_sync: Instant,
     dirty: bool,
     file_limit: u64,
+    /// The current file was preallocated (records are written in place,
+    /// zeros after them).
+    preallocated: bool,
     /// Set when a failure left the file in a state this writer cannot
     /// vouch for (a failed fsync, or an append it could not roll back):
     /// the caller must stop writing until the database is reopened.
@@ -44,7 +47,7 @@ impl WalWriter {
         opener: Arc<dyn WalOpener>,
     ) -> Result<Self> {
         let number = sealed.iter().map(|(n, _)| *n + 1).max().unwrap_or(1);
-        let file = open_new(&*opener, dir, number)?;
+        let (file, preallocated) = open_new(&*opener, dir, number, preallocation(durability, file_limit))?;
         Ok(WalWriter {
             dir: dir.to_path_buf(),
             durability,
@@ -57,6 +60,7 @@ impl WalWriter {
             last_sync: Instant::now(),
             dirty: false,
             file_limit,
+            preallocated,
             poisoned: false,
         })
     }
@@ -113,6 +117,33 @@ impl WalWriter {
         Ok(())
     }
 
+    /// Cuts a preallocated file back to its records, durably, so that a
+    /// sealed file ends with its last record (only the newest file may
+    /// end in zeros).
+    fn trim(&mut self) -> Result<()> {
+        if !self.preallocated || self.poisoned {
+            return Ok(());
+        }
+        let len = MAGIC.len() as u64 + self.size;
+        self.file
+            .truncate(len)
+            .and_then(|_| self.file.sync())
+            .map_err(|e| self.err("cut back the preallocated", e))?;
+        self.preallocated = false;
+        if crate::crash_point::sync_log_on() {
+            let path = self.dir.join(file_name(self.number));
+            crate::crash_point::synced(&path, Some(len));
+        }
+        Ok(())
+    }
+
+    /// Syncs the log and cuts a preallocated file back to its records (a
+    /// clean close: the next open reads no zeros).
+    pub fn finish(&mut self) -> Result<()> {
+        self.sync()?;
+        self.trim()
+    }
+
     /// Whether a failure left the file in a state that forbids further
     /// appends (see `poisoned`).
     pub fn is_poisoned(&self) -> bool {
@@ -126,10 +157,17 @@ impl WalWriter {
             return Ok(());
         }
         self.sync()?;
-        let file = open_new(&*self.opener, &self.dir, self.number + 1)?;
+        self.trim()?;
+        let (file, preallocated) = open_new(
+            &*self.opener,
+            &self.dir,
+            self.number + 1,
+            preallocation(self.durability, self.file_limit),
+        )?;
         self.sealed.push((self.number, self.max_seq));
         self.number += 1;
         self.file = file;
+        self.preallocated = preallocated;
         crate::crash_point::hit("wal.switched");
         self.size = 0;
         self.max_seq = 0;
@@ -170,18 +208,52 @@ impl WalWriter {
     }
 }
 
-fn open_new(opener: &dyn WalOpener, dir: &Path, number: u64) -> Result<Box<dyn WalFile>> {
+/// How many bytes to preallocate a new WAL file to: only when every
+/// append is synced before the next (see the module docs of `wal`).
+fn preallocation(durability: Durability, file_limit: u64) -> Option<u64> {
+    (durability == Durability::Sync).then_some(file_limit.max(MAGIC.len() as u64))
+}
+
+/// Creates WAL file `number`, preallocated to `prealloc` bytes where the
+/// opener can; true when it was.
+fn open_new(
+    opener: &dyn WalOpener,
+    dir: &Path,
+    number: u64,
+    prealloc: Option<u64>,
+) -> Result<(Box<dyn WalFile>, bool)> {
     let path = dir.join(file_name(number));
-    let file = opener
-        .create(&path)
-        .and_then(|mut f| f.append(MAGIC).map(|_| f))
-        .map_err(|e| Error::io(format!("create WAL file {}", path.display()), e))?;
-    // The magic reaches the disk with the first record's sync; a crash
-    // before that leaves a file that is empty or holds part of the magic,
-    // which recovery reads as empty.
-    crate::crash_point::created(&path);
+    let err = |e| Error::io(format!("create WAL file {}", path.display()), e);
+    let preallocated = match prealloc {
+        Some(bytes) => opener.create_preallocated(&path, bytes).map_err(err)?,
+        None => None,
+    };
+    let (file, preallocated) = match preallocated {
+        Some(mut f) => {
+            // The magic is made durable at once: a crash before the first
+            // record then leaves a file that reads as empty, not zeros
+            // without a magic.
+            f.append(MAGIC_PREALLOCATED).and_then(|_| f.sync()).map_err(err)?;
+            crate::crash_point::created(&path);
+            if crate::crash_point::sync_log_on() {
+                crate::crash_point::synced(&path, Some(MAGIC.len() as u64));
+            }
+            (f, true)
+        }
+        None => {
+            let f = opener
+                .create(&path)
+                .and_then(|mut f| f.append(MAGIC).map(|_| f))
+                .map_err(err)?;
+            // The magic reaches the disk with the first record's sync; a
+            // crash before that leaves a file that is empty or holds part
+            // of the magic, which recovery reads as empty.
+            crate::crash_point::created(&path);
+            (f, false)
+        }
+    };
     sync_dir(dir)?;
-    Ok(file)
+    Ok((file, preallocated))
 }
 
 /// An open WAL file: appends and syncs. Behind a trait so that tests can
@@ -206,6 +278,15 @@ pub trait WalFile: Send {
 pub trait WalOpener: Send + Sync + std::fmt::Debug {
     /// Creates the WAL file `path` (it does not exist yet).
     fn create(&self, path: &Path) -> std::io::Result<Box<dyn WalFile>>;
+
+    /// Creates the WAL file `path` with `bytes` of zeros allocated to it
+    /// (its length `bytes`), appends written over them in order from the
+    /// start; `None` where this opener cannot (the file is then made by
+    /// [`Self::create`]). The default cannot.
+    fn create_preallocated(&self, path: &Path, bytes: u64) -> std::io::Result<Option<Box<dyn WalFile>>> {
+        let _ = (path, bytes);
+        Ok(None)
+    }
 }
 
 /// WAL files on the operating system's file system.
@@ -216,6 +297,57 @@ impl WalOpener for OsWalOpener {
     fn create(&self, path: &Path) -> std::io::Result<Box<dyn WalFile>> {
         let f = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(Box::new(f))
+    }
+
+    fn create_preallocated(&self, path: &Path, bytes: u64) -> std::io::Result<Option<Box<dyn WalFile>>> {
+        let file = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
+        if !allocate(&file, bytes) {
+            // Not supported here (or no room for all of it): appended.
+            return Ok(None);
+        }
+        Ok(Some(Box::new(Preallocated { file, pos: 0 })))
+    }
+}
+
+/// Allocates `bytes` to `file` (reading as zeros, its length set).
+#[cfg(target_os = "linux")]
+fn allocate(file: &File, bytes: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = libc::off_t::try_from(bytes) else { return false };
+    // SAFETY: a plain system call on an open descriptor this function
+    // borrows; mode 0 allocates the range and extends the file's length.
+    unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allocate(_: &File, _: u64) -> bool {
+    false
+}
+
+/// A preallocated WAL file: appends are written in place at `pos`.
+struct Preallocated {
+    file: File,
+    pos: u64,
+}
+
+impl WalFile for Preallocated {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(bytes, self.pos)?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        // The zeros after `len` go too: a cut-back file ends with its
+        // records, and later appends extend it.
+        self.file.set_len(len)?;
+        self.pos = len;
+        Ok(())
     }
 }
 

@@ -299,7 +299,7 @@ pub(crate) fn run(c: Arc<Committer>, mut rx: mpsc::Receiver<CommitMsg>) {
         st.round_guarded(&*c.host, first, &mut next, true);
         c.queued.fetch_sub(taken, Ordering::SeqCst);
     }
-    let _ = c.state.lock().wal.sync();
+    let _ = c.state.lock().wal.finish();
 }
 
 impl CommitState {

@@ -16,6 +16,10 @@
 //! - with `Durability::None`, what was there before the run (the rest may
 //!   be lost).
 //!
+//! A preallocated WAL file (`Durability::Sync`) keeps its length: what
+//! was not synced reads as zeros, and a later part of it may have reached
+//! the disk without an earlier one.
+//!
 //! A file's name survives only if its directory was fsynced after the file
 //! appeared (its creation or first fsync is logged); otherwise the cut
 //! deletes it. Not simulated: a deleted file coming back (the simulation
@@ -120,6 +124,16 @@ fn settle(dir: &Path, log: &Path) {
         .unwrap();
 }
 
+/// Whether `f` is a preallocated WAL file (its magic says so).
+fn preallocated_wal(f: &Path) -> bool {
+    let mut head = [0u8; 8];
+    f.extension().is_some_and(|e| e == "log")
+        && std::fs::File::open(f)
+            .and_then(|mut h| std::io::Read::read_exact(&mut h, &mut head))
+            .is_ok()
+        && head == *b"CWAL\x03\r\n\x1a"
+}
+
 /// Drops what the log does not show durable; returns the bytes dropped.
 fn cut_power(dir: &Path, log: &SyncLog, rng: &mut StdRng) -> u64 {
     let mut dropped = 0;
@@ -142,7 +156,26 @@ fn cut_power(dir: &Path, log: &SyncLog, rng: &mut StdRng) -> u64 {
             None => rng.random_range(0..=len),
         };
         let file = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
-        file.set_len(keep).unwrap();
+        if preallocated_wal(&f) {
+            // Written in place over zeros: what did not reach the disk
+            // reads as zeros, the length stays. The disk may also have
+            // written a later page of the unsynced bytes and not an
+            // earlier one (a record's payload without its header).
+            // Disks write whole sectors: the bytes kept and the hole end
+            // at sector boundaries.
+            const SECTOR: u64 = 512;
+            let durable = log.durable.get(&f).copied().unwrap_or(0);
+            let keep = (keep / SECTOR * SECTOR).max(durable);
+            use std::os::unix::fs::FileExt;
+            file.write_all_at(&vec![0; (len - keep) as usize], keep).unwrap();
+            let first_cut = (durable / SECTOR + 1) * SECTOR;
+            if keep > first_cut && rng.random_range(0..2) == 0 {
+                let hole_end = rng.random_range(first_cut / SECTOR..=keep / SECTOR) * SECTOR;
+                file.write_all_at(&vec![0; (hole_end - durable) as usize], durable).unwrap();
+            }
+        } else {
+            file.set_len(keep).unwrap();
+        }
         dropped += len - keep;
     }
     dropped
@@ -188,6 +221,8 @@ async fn power_cuts(durability: &str, cycles: usize, seed: u64) -> (u64, u64, u6
     let mut models = vec![ModelTable::new(); TABLES.len()];
     let mut starts = vec![0u64; TABLES.len()];
     let (mut acked_total, mut survived, mut dropped_bytes) = (0u64, 0u64, 0u64);
+    // WAL files found preallocated at the cuts: with `sync`, every newest one.
+    let mut preallocated = 0;
     for cycle in 0..cycles {
         let env = [
             ("CELLAR_SYNC_LOG", log_path.display().to_string()),
@@ -197,6 +232,7 @@ async fn power_cuts(durability: &str, cycles: usize, seed: u64) -> (u64, u64, u6
             acked, ack_times, how, ..
         } = tokio::task::block_in_place(|| run_writer(&data, seed, base, &starts, &mut rng, &env));
         let log = read_log(&log_path);
+        preallocated += files(&data).iter().filter(|f| preallocated_wal(f)).count();
         dropped_bytes += cut_power(&data, &log, &mut rng);
         let db = Database::open_with(&data, quiet()).await.unwrap_or_else(|e| {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -245,6 +281,7 @@ async fn power_cuts(durability: &str, cycles: usize, seed: u64) -> (u64, u64, u6
     }
     let report = cellar::check(&data, None).await.unwrap();
     assert_eq!(report.damaged(), 0, "{:?}", report.files);
+    assert_eq!(preallocated >= cycles, durability == "sync", "{durability}: {preallocated} preallocated WAL files");
     (acked_total, survived, dropped_bytes)
 }
 
