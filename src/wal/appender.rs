@@ -208,11 +208,17 @@ impl WalWriter {
     }
 }
 
-/// How many bytes to preallocate a new WAL file to: only when every
-/// append is synced before the next (see the module docs of `wal`).
+/// How many bytes of zeros a new WAL file is allocated at a time, ahead
+/// of its appends: only when every append is synced before the next (see
+/// the module docs of `wal`). A few MiB: an fsync records a new length
+/// once per allocation, not per append, and a database holds at most this
+/// much of zeros on disk.
 fn preallocation(durability: Durability, file_limit: u64) -> Option<u64> {
-    (durability == Durability::Sync).then_some(file_limit.max(MAGIC.len() as u64))
+    (durability == Durability::Sync).then_some(file_limit.clamp(MAGIC.len() as u64, PREALLOCATION_BYTES))
 }
+
+/// See [`preallocation`].
+const PREALLOCATION_BYTES: u64 = 4 << 20;
 
 /// Creates WAL file `number`, preallocated to `prealloc` bytes where the
 /// opener can; true when it was.
@@ -281,7 +287,8 @@ pub trait WalOpener: Send + Sync + std::fmt::Debug {
 
     /// Creates the WAL file `path` with `bytes` of zeros allocated to it
     /// (its length `bytes`), appends written over them in order from the
-    /// start; `None` where this opener cannot (the file is then made by
+    /// start, and `bytes` more allocated whenever they reach the end;
+    /// `None` where this opener cannot (the file is then made by
     /// [`Self::create`]). The default cannot.
     fn create_preallocated(&self, path: &Path, bytes: u64) -> std::io::Result<Option<Box<dyn WalFile>>> {
         let _ = (path, bytes);
@@ -301,38 +308,59 @@ impl WalOpener for OsWalOpener {
 
     fn create_preallocated(&self, path: &Path, bytes: u64) -> std::io::Result<Option<Box<dyn WalFile>>> {
         let file = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
-        if !allocate(&file, bytes) {
-            // Not supported here (or no room for all of it): appended.
+        if !allocate(&file, 0, bytes) {
+            // Not supported here (or no room for it): appended.
             return Ok(None);
         }
-        Ok(Some(Box::new(Preallocated { file, pos: 0 })))
+        Ok(Some(Box::new(Preallocated {
+            file,
+            pos: 0,
+            allocated: bytes,
+            step: bytes,
+        })))
     }
 }
 
-/// Allocates `bytes` to `file` (reading as zeros, its length set).
+/// Allocates `len` bytes of `file` from `offset` (reading as zeros, the
+/// file's length extended to cover them).
 #[cfg(target_os = "linux")]
-fn allocate(file: &File, bytes: u64) -> bool {
+fn allocate(file: &File, offset: u64, len: u64) -> bool {
     use std::os::fd::AsRawFd;
-    let Ok(len) = libc::off_t::try_from(bytes) else { return false };
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return false;
+    };
     // SAFETY: a plain system call on an open descriptor this function
     // borrows; mode 0 allocates the range and extends the file's length.
-    unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) == 0 }
+    unsafe { libc::fallocate(file.as_raw_fd(), 0, offset, len) == 0 }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn allocate(_: &File, _: u64) -> bool {
+fn allocate(_: &File, _: u64, _: u64) -> bool {
     false
 }
 
-/// A preallocated WAL file: appends are written in place at `pos`.
+/// A preallocated WAL file: appends are written in place at `pos`, over
+/// zeros allocated `step` bytes at a time.
 struct Preallocated {
     file: File,
     pos: u64,
+    /// The file's allocated length.
+    allocated: u64,
+    step: u64,
 }
 
 impl WalFile for Preallocated {
     fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
+        let end = self.pos + bytes.len() as u64;
+        if end > self.allocated {
+            // The next stretch of zeros; where that fails, the write below
+            // extends the file as an append would.
+            let to = end.max(self.allocated + self.step);
+            if allocate(&self.file, self.allocated, to - self.allocated) {
+                self.allocated = to;
+            }
+        }
         self.file.write_all_at(bytes, self.pos)?;
         self.pos += bytes.len() as u64;
         Ok(())
@@ -347,6 +375,7 @@ impl WalFile for Preallocated {
         // records, and later appends extend it.
         self.file.set_len(len)?;
         self.pos = len;
+        self.allocated = len;
         Ok(())
     }
 }

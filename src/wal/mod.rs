@@ -16,10 +16,11 @@
 //! flipped bit that made a middle record's length run past the end of the
 //! file looked like a torn tail, and every later record was dropped.
 //!
-//! With `Durability::Sync` a file is preallocated (`fallocate`) to its
-//! full size and starts with [`MAGIC_PREALLOCATED`]: records are written
-//! in place, so an fsync need not also record the file's new length
-//! (1.4x the fsyncs a second on this machine's ext4). Such a file, when
+//! With `Durability::Sync` a file is preallocated (`fallocate`, 4 MiB
+//! at a time ahead of its records) and starts with
+//! [`MAGIC_PREALLOCATED`]: records are written in place, so an fsync need
+//! not also record the file's new length (1.4x the fsyncs a second on
+//! this machine's ext4). Such a file, when
 //! it is the newest, may end in zeros after its last record, and a crash
 //! may leave one record written in part (any of its pages, the header's
 //! included, still zero): the log ends at the first record that is not

@@ -449,6 +449,42 @@ mod tests {
         assert_eq!(replay(dir.path()).unwrap().entries.len(), 2);
     }
 
+    /// Appends past the allocated zeros allocate the next stretch; the
+    /// file replays whole, before and after a clean finish.
+    #[test]
+    fn preallocated_files_grow_a_stretch_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = WalWriter::create(
+            dir.path(),
+            vec![],
+            Durability::Sync,
+            64 << 20,
+            std::sync::Arc::new(super::super::OsWalOpener),
+        )
+        .unwrap();
+        let path = dir.path().join(file_name(1));
+        let first = std::fs::metadata(&path).unwrap().len();
+        for seq in 1..=50u64 {
+            let mut p = Vec::new();
+            encode_entry(&mut p, seq, 7, &vec![seq as u8; 100 << 10], &Mutation::Delete);
+            w.append(&p, seq).unwrap();
+        }
+        let end = MAGIC.len() as u64 + w.current_size();
+        let len = std::fs::metadata(&path).unwrap().len();
+        if first > MAGIC.len() as u64 {
+            assert_eq!(first, 4 << 20, "the first stretch");
+            assert!(len > end && len - end <= 4 << 20 && len % (4 << 20) == 0, "{len} for {end}");
+        }
+        let copy = std::fs::read(&path).unwrap();
+        w.finish().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), end);
+        let seqs = |r: Replayed| r.entries.iter().map(|e| e.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(replay(dir.path()).unwrap()), (1..=50).collect::<Vec<_>>());
+        // As a crash would have left it: zeros after the records.
+        std::fs::write(&path, &copy).unwrap();
+        assert_eq!(seqs(replay(dir.path()).unwrap()), (1..=50).collect::<Vec<_>>());
+    }
+
     /// Files written before the magic (8-byte headers) still replay.
     #[test]
     fn files_of_the_old_format_replay() {

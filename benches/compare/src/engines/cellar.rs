@@ -10,8 +10,9 @@ use crate::data::{Record, Sparse};
 pub struct CellarEngine {
     rt: tokio::runtime::Runtime,
     db: Option<Database>,
-    table: Table,
-    sql: cellar::sql::SqlSession,
+    /// Taken before the database is closed: a closing database whose
+    /// handles are still held elsewhere stays open.
+    handles: Option<(Table, cellar::sql::SqlSession)>,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -33,9 +34,7 @@ impl CellarEngine {
             .build()
             .map_err(err)?;
         let (db, table) = rt.block_on(async {
-            let mut o = DbOptions::default();
-            if let Ok(mb) = std::env::var("TMP_PAGE_CACHE_MB") { o.page_cache_bytes = mb.parse::<u64>().unwrap() << 20; }
-            let db = Database::open_with(dir, o).await.map_err(err)?;
+            let db = Database::open(dir).await.map_err(err)?;
             if db.table("t").is_err() {
                 db.create_table(
                     TableSchema::new("t")
@@ -60,14 +59,24 @@ impl CellarEngine {
         Ok(CellarEngine {
             rt,
             db: Some(db),
-            table,
-            sql,
+            handles: Some((table, sql)),
         })
+    }
+}
+
+impl CellarEngine {
+    fn table(&self) -> &Table {
+        &self.handles.as_ref().expect("open until dropped").0
+    }
+
+    fn sql(&self) -> &cellar::sql::SqlSession {
+        &self.handles.as_ref().expect("open until dropped").1
     }
 }
 
 impl Drop for CellarEngine {
     fn drop(&mut self) {
+        drop(self.handles.take());
         if let Some(db) = self.db.take() {
             if std::env::var_os("COMPARE_TRACE").is_some() {
                 eprintln!("cellar page cache: {:?}", db.page_cache_stats());
@@ -100,7 +109,7 @@ impl Engine for CellarEngine {
     fn write(&self, batch: &[Record]) -> Result<()> {
         let writes: Vec<RowWrite> = batch.iter().map(put).collect();
         self.rt.block_on(async {
-            for r in self.table.write_batch(writes).await.map_err(err)? {
+            for r in self.table().write_batch(writes).await.map_err(err)? {
                 r.map_err(err)?;
             }
             Ok(())
@@ -109,7 +118,7 @@ impl Engine for CellarEngine {
 
     fn get(&self, key: &Key) -> Result<Option<f64>> {
         self.rt.block_on(async {
-            let got = self.table.get_row(GetRow::new(pk(key))).await.map_err(err)?;
+            let got = self.table().get_row(GetRow::new(pk(key))).await.map_err(err)?;
             Ok(got.row.and_then(|r| match r.latest("amount") {
                 Some(Value::Double(d)) => Some(*d),
                 _ => None,
@@ -123,7 +132,7 @@ impl Engine for CellarEngine {
                 .start(PkBound::new().with("card_id", card_id))
                 .end(PkBound::new().with("card_id", card_id + 1))
                 .limit(limit);
-            Ok(self.table.get_range(req).await.map_err(err)?.rows.len())
+            Ok(self.table().get_range(req).await.map_err(err)?.rows.len())
         })
     }
 
@@ -136,7 +145,7 @@ impl Engine for CellarEngine {
             u = u.put("device_time", t);
         }
         self.rt
-            .block_on(async { self.table.update_row(u).await.map(|_| ()).map_err(err) })
+            .block_on(async { self.table().update_row(u).await.map(|_| ()).map_err(err) })
     }
 
     fn versions(&self, key: &Key, n: usize) -> Result<Vec<f64>> {
@@ -147,7 +156,7 @@ impl Engine for CellarEngine {
                 ..Default::default()
             };
             let got = self
-                .table
+                .table()
                 .get_row(GetRow::new(pk(key)).options(opts))
                 .await
                 .map_err(err)?;
@@ -165,11 +174,11 @@ impl Engine for CellarEngine {
     }
 
     fn sql(&self, query: &str) -> Result<Option<usize>> {
-        let batches = self.rt.block_on(self.sql.query(query)).map_err(err)?;
+        let batches = self.rt.block_on(self.sql().query(query)).map_err(err)?;
         Ok(Some(batches.iter().map(|b| b.num_rows()).sum()))
     }
 
     fn settle(&self) -> Result<()> {
-        self.rt.block_on(self.table.compact()).map_err(err)
+        self.rt.block_on(self.table().compact()).map_err(err)
     }
 }
