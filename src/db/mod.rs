@@ -373,7 +373,7 @@ impl Database {
 
     /// What the cache of decoded pages behind point and range reads holds
     /// and has done (`DbOptions::page_cache_bytes`).
-    pub fn page_cache_stats(&self) -> crate::PageCacheStats {
+    pub fn page_cache_stats(&self) -> crate::segment::pages::PageCacheStats {
         self.inner.shared.storage.page_cache.stats()
     }
 

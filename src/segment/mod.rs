@@ -17,8 +17,8 @@ mod checksum;
 pub(crate) mod chunk_cache;
 mod encode;
 pub(crate) mod format;
-mod point;
 pub(crate) mod pages;
+mod point;
 mod prefetch;
 mod reader;
 pub(crate) mod residency;
@@ -265,7 +265,11 @@ impl Segment {
         if let Some(f) = self.pread.get() {
             return Ok(f.clone());
         }
-        let f = Arc::new(pages::PreadFile::open(local, self.checks.get().cloned(), &self.meta.path)?);
+        let f = Arc::new(pages::PreadFile::open(
+            local,
+            self.checks.get().cloned(),
+            &self.meta.path,
+        )?);
         Ok(self.pread.get_or_init(|| f).clone())
     }
 

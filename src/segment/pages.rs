@@ -28,12 +28,13 @@ use parquet::column::page::PageReader;
 use parquet::column::reader::ColumnReaderImpl;
 use parquet::data_type::{ByteArray, ByteArrayType, DataType};
 use parquet::file::metadata::ParquetMetaData;
+use parquet::file::page_index::column_index::{ByteArrayColumnIndex, ColumnIndexMetaData};
 use parquet::file::page_index::offset_index::PageLocation;
 use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 
 use super::checksum::BlockChecks;
-use super::point::page_of;
+use super::point::{page_of, partition};
 use crate::error::{Error, Result};
 
 /// Decoded pages of the database's local segments; see the module docs.
@@ -236,10 +237,11 @@ impl GroupPages<'_> {
     /// Page `i` of leaf `leaf` (`None`: the whole chunk).
     pub fn page(&self, leaf: usize, i: Option<usize>) -> Result<Arc<Page>> {
         let offset = match (i, self.locations(leaf)) {
-            (Some(i), Some(all)) => all
-                .get(i)
-                .ok_or_else(|| self.err(format!("row group {} has no page {i} in leaf {leaf}", self.rg)))?
-                .offset as u64,
+            (Some(i), Some(all)) => {
+                all.get(i)
+                    .ok_or_else(|| self.err(format!("row group {} has no page {i} in leaf {leaf}", self.rg)))?
+                    .offset as u64
+            }
             _ => self.md.row_group(self.rg).column(leaf).byte_range().0,
         };
         let Some(cache) = self.cache else {
@@ -305,7 +307,12 @@ impl GroupPages<'_> {
             let page = pages
                 .get_next_page()
                 .map_err(|e| super::read_error(path, e))?
-                .ok_or_else(|| self.err(format!("row group {} leaf {leaf} ends before row {}", self.rg, rows.start)))?;
+                .ok_or_else(|| {
+                    self.err(format!(
+                        "row group {} leaf {leaf} ends before row {}",
+                        self.rg, rows.start
+                    ))
+                })?;
             if let Some(at) = plain_offsets(&page, descr.max_def_level(), n).map_err(|e| self.err(e))? {
                 return Ok(Page {
                     first_row: rows.start,
@@ -319,23 +326,18 @@ impl GroupPages<'_> {
                 .map_err(|e| super::read_error(path, e))?;
         }
         let mut reader = ColumnReaderImpl::<ByteArrayType>::new(descr.clone(), Box::new(pages));
-        let skipped = reader.skip_records(rows.start).map_err(|e| super::read_error(path, e))?;
+        let skipped = reader
+            .skip_records(rows.start)
+            .map_err(|e| super::read_error(path, e))?;
         if skipped != rows.start {
             return Err(self.err(format!("row group {} ends before row {}", self.rg, rows.start)));
         }
         let max_def = descr.max_def_level();
-        let mut defs = Vec::with_capacity(n);
-        let mut values = Vec::with_capacity(n);
-        let mut read = 0;
-        while read < n {
-            let (records, _, _) = reader
-                .read_records(n - read, (max_def > 0).then_some(&mut defs), None, &mut values)
-                .map_err(|e| super::read_error(path, e))?;
-            if records == 0 {
-                return Err(self.err(format!("row group {} ends inside rows {rows:?}", self.rg)));
-            }
-            read += records;
-        }
+        let Some((defs, values)) =
+            super::point::read_records(&mut reader, max_def, n).map_err(|e| super::read_error(path, e))?
+        else {
+            return Err(self.err(format!("row group {} ends inside rows {rows:?}", self.rg)));
+        };
         // Laid out as a PLAIN page would be.
         let bytes: usize = values.iter().map(|v: &ByteArray| 4 + v.len()).sum();
         if bytes >= NULL as usize {
@@ -365,7 +367,7 @@ impl GroupPages<'_> {
     /// (leaf 0) whose largest key is not below it; `None` when no row
     /// holds it.
     pub fn find_key(&self, key: &[u8]) -> Result<Option<usize>> {
-        let (page, rows) = super::scan::first_page_reaching(self.md, self.rg, key);
+        let (page, rows) = first_page_reaching(self.md, self.rg, key);
         if rows.is_empty() {
             return Ok(None);
         }
@@ -374,7 +376,7 @@ impl GroupPages<'_> {
         }
         let page = self.page(0, page.map(|(_, i)| i))?;
         let (first, rows) = (page.first_row, page.end_row() - page.first_row);
-        let at = super::point::partition(rows, |r| page.value(first + r).is_some_and(|k| k < key));
+        let at = partition(rows, |r| page.value(first + r).is_some_and(|k| k < key));
         Ok((page.value(first + at) == Some(key)).then_some(first + at))
     }
 
@@ -396,6 +398,40 @@ impl GroupPages<'_> {
         }
         Ok(first..end)
     }
+}
+
+/// The rows of row group `rg`'s first `__pk` page whose largest key is not
+/// below `key`: that page holds the first row at or past `key`; with the
+/// page index and the page's number in it. The whole row group without a
+/// page index.
+pub(super) fn first_page_reaching<'m>(
+    md: &'m ParquetMetaData,
+    rg: usize,
+    key: &[u8],
+) -> (Option<(&'m ByteArrayColumnIndex, usize)>, Range<usize>) {
+    let total = md.row_group(rg).num_rows() as usize;
+    let Some((index, pages)) = pk_page_index(md, rg) else {
+        return (None, 0..total);
+    };
+    let i = partition(pages.len(), |i| index.max_value(i).is_some_and(|max| max < key));
+    match pages.get(i) {
+        Some(p) => (
+            Some((index, i)),
+            p.first_row_index as usize..pages.get(i + 1).map_or(total, |n| n.first_row_index as usize),
+        ),
+        None => (None, total..total),
+    }
+}
+
+/// The page index of row group `rg`'s `__pk` column (leaf 0): per-page key
+/// bounds and page locations. `None` without one.
+pub(super) fn pk_page_index(md: &ParquetMetaData, rg: usize) -> Option<(&ByteArrayColumnIndex, &[PageLocation])> {
+    let index = match md.column_index()?.get(rg)?.first()? {
+        ColumnIndexMetaData::BYTE_ARRAY(index) => index,
+        _ => return None,
+    };
+    let pages = md.offset_index()?.get(rg)?.first()?.page_locations();
+    Some((index, pages))
 }
 
 /// Where a range read stands in a row group's `__pk` and `__cells` pages:
@@ -477,7 +513,11 @@ impl KeyCells {
 /// definition levels RLE-encoded; `Ok(None)` for a page of another shape
 /// (decoded by Parquet's column reader instead). Every offset and length
 /// is checked to lie in the page.
-fn plain_offsets(page: &parquet::column::page::Page, max_def: i16, rows: usize) -> std::result::Result<Option<Vec<u32>>, String> {
+fn plain_offsets(
+    page: &parquet::column::page::Page,
+    max_def: i16,
+    rows: usize,
+) -> std::result::Result<Option<Vec<u32>>, String> {
     use parquet::basic::Encoding;
     use parquet::column::page::Page as P;
     let buf = page.buffer();
@@ -486,9 +526,16 @@ fn plain_offsets(page: &parquet::column::page::Page, max_def: i16, rows: usize) 
     }
     // (where the definition levels are, where the values start)
     let (levels, values) = match page {
-        P::DataPage { encoding: Encoding::PLAIN, num_values, def_level_encoding, .. } => {
+        P::DataPage {
+            encoding: Encoding::PLAIN,
+            num_values,
+            def_level_encoding,
+            ..
+        } => {
             if *num_values as usize != rows {
-                return Err(format!("a page holds {num_values} values where its offset index says {rows} rows"));
+                return Err(format!(
+                    "a page holds {num_values} values where its offset index says {rows} rows"
+                ));
             }
             match max_def {
                 0 => (0..0, 0),
@@ -508,7 +555,9 @@ fn plain_offsets(page: &parquet::column::page::Page, max_def: i16, rows: usize) 
             ..
         } => {
             if *num_rows as usize != rows {
-                return Err(format!("a page holds {num_rows} rows where its offset index says {rows}"));
+                return Err(format!(
+                    "a page holds {num_rows} rows where its offset index says {rows}"
+                ));
             }
             let len = *def_levels_byte_len as usize;
             (0..len, len)
@@ -632,7 +681,11 @@ mod tests {
             (WriterVersion::PARQUET_2_0, Compression::LZ4_RAW, Encoding::PLAIN),
             (WriterVersion::PARQUET_1_0, Compression::UNCOMPRESSED, Encoding::PLAIN),
             // Not PLAIN: left to the column reader.
-            (WriterVersion::PARQUET_2_0, Compression::LZ4_RAW, Encoding::DELTA_BYTE_ARRAY),
+            (
+                WriterVersion::PARQUET_2_0,
+                Compression::LZ4_RAW,
+                Encoding::DELTA_BYTE_ARRAY,
+            ),
         ] {
             let fallbacks = FALLBACKS.load(Ordering::Relaxed);
             let dir = tempfile::tempdir().unwrap();
@@ -645,7 +698,10 @@ mod tests {
                 .collect();
             let batch = RecordBatch::try_from_iter([
                 ("k", Arc::new(BinaryArray::from_iter_values(&keys)) as ArrayRef),
-                ("c", Arc::new(BinaryArray::from_iter(cells.iter().map(|c| c.as_deref()))) as ArrayRef),
+                (
+                    "c",
+                    Arc::new(BinaryArray::from_iter(cells.iter().map(|c| c.as_deref()))) as ArrayRef,
+                ),
             ])
             .unwrap();
             let props = WriterProperties::builder()
@@ -658,7 +714,8 @@ mod tests {
                 .set_write_batch_size(16)
                 .set_max_row_group_row_count(Some(400))
                 .build();
-            let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+            let mut w =
+                ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
             w.write(&batch).unwrap();
             w.close().unwrap();
             let file = Arc::new(PreadFile::open(&path, None, "p.parquet").unwrap());
@@ -682,13 +739,20 @@ mod tests {
                     for i in 0..pages {
                         let direct = group.load_with(leaf, Some(i), true).unwrap();
                         let reader = group.load_with(leaf, Some(i), false).unwrap();
-                        assert_eq!((direct.first_row, direct.end_row()), (reader.first_row, reader.end_row()));
+                        assert_eq!(
+                            (direct.first_row, direct.end_row()),
+                            (reader.first_row, reader.end_row())
+                        );
                         for r in direct.first_row..direct.end_row() {
                             let want = match leaf {
                                 0 => Some(keys[first + r].as_slice()),
                                 _ => cells[first + r].as_deref(),
                             };
-                            assert_eq!(direct.value(r), want, "{version:?} {codec:?} rg {rg} leaf {leaf} row {r}");
+                            assert_eq!(
+                                direct.value(r),
+                                want,
+                                "{version:?} {codec:?} rg {rg} leaf {leaf} row {r}"
+                            );
                             assert_eq!(reader.value(r), want);
                         }
                     }

@@ -140,19 +140,9 @@ impl RowGroupFile<'_> {
         max_def: i16,
         rows: Range<usize>,
     ) -> Result<Leaf<T::T>> {
-        let n = rows.len();
-        let mut defs = Vec::with_capacity(n);
-        let mut values = Vec::with_capacity(n);
-        let mut read = 0;
-        while read < n {
-            let (records, _, _) = reader
-                .read_records(n - read, (max_def > 0).then_some(&mut defs), None, &mut values)
-                .map_err(|e| self.err(e))?;
-            if records == 0 {
-                return Err(self.err(format!("row group {} ends inside rows {rows:?}", self.rg)));
-            }
-            read += records;
-        }
+        let Some((defs, values)) = read_records(reader, max_def, rows.len()).map_err(|e| self.err(e))? else {
+            return Err(self.err(format!("row group {} ends inside rows {rows:?}", self.rg)));
+        };
         if max_def == 0 {
             return Ok(values.into_iter().map(Some).collect());
         }
@@ -287,6 +277,27 @@ impl RowGroupFile<'_> {
             other => return Err(self.err(format!("column {column} has an unknown value child {other:?}"))),
         })
     }
+}
+
+/// The next `n` records of a flat leaf from `reader`: their definition
+/// levels (none when `max_def` is 0) and values; `None` when the leaf
+/// ends first.
+pub(super) fn read_records<T: DataType>(
+    reader: &mut ColumnReaderImpl<T>,
+    max_def: i16,
+    n: usize,
+) -> parquet::errors::Result<Option<(Vec<i16>, Vec<T::T>)>> {
+    let mut defs = Vec::with_capacity(n);
+    let mut values = Vec::with_capacity(n);
+    let mut read = 0;
+    while read < n {
+        let (records, _, _) = reader.read_records(n - read, (max_def > 0).then_some(&mut defs), None, &mut values)?;
+        if records == 0 {
+            return Ok(None);
+        }
+        read += records;
+    }
+    Ok(Some((defs, values)))
 }
 
 /// Leaf types whose column-chunk statistics can stand in for their pages.

@@ -22,13 +22,11 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, RowSelection, RowSelector};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::metadata::ParquetMetaData;
-use parquet::file::page_index::column_index::{ByteArrayColumnIndex, ColumnIndexMetaData};
-use parquet::file::page_index::offset_index::PageLocation;
 
 use super::Segment;
 use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
-use super::pages::{CellsCursor, GroupPages, KeyCells};
+use super::pages::{CellsCursor, GroupPages, KeyCells, first_page_reaching, pk_page_index};
 use super::point::{RowGroupFile, cells_leaf, partition};
 use super::reader::{MappedRange, SegmentFileReader, pk_bounds, row_group_overlaps};
 use crate::error::{Error, Result};
@@ -99,7 +97,10 @@ impl Segment {
                 None => {
                     let rows = pages.key_rows(row)?;
                     let Some(map) = self.local_file()? else {
-                        return Err(Error::corruption(format!("segment {} is no longer mapped", self.meta.path)));
+                        return Err(Error::corruption(format!(
+                            "segment {} is no longer mapped",
+                            self.meta.path
+                        )));
                     };
                     self.row_group_file(&mapped_bytes(&map), md, rg)
                         .key_state(rows, columns)
@@ -156,29 +157,6 @@ impl Segment {
         let (page, rows) = first_page_reaching(md, rg, key);
         let below = page.is_some_and(|(index, i)| index.min_value(i).is_some_and(|min| key < min));
         if below { rows.start..rows.start } else { rows }
-    }
-}
-
-/// The rows of row group `rg`'s first `__pk` page whose largest key is not
-/// below `key`: that page holds the first row at or past `key`; with the
-/// page index and the page's number in it. The whole row group without a
-/// page index.
-pub(super) fn first_page_reaching<'m>(
-    md: &'m ParquetMetaData,
-    rg: usize,
-    key: &[u8],
-) -> (Option<(&'m ByteArrayColumnIndex, usize)>, Range<usize>) {
-    let total = md.row_group(rg).num_rows() as usize;
-    let Some((index, pages)) = pk_page_index(md, rg) else {
-        return (None, 0..total);
-    };
-    let i = partition(pages.len(), |i| index.max_value(i).is_some_and(|max| max < key));
-    match pages.get(i) {
-        Some(p) => (
-            Some((index, i)),
-            p.first_row_index as usize..pages.get(i + 1).map_or(total, |n| n.first_row_index as usize),
-        ),
-        None => (None, total..total),
     }
 }
 
@@ -654,17 +632,6 @@ fn decode_cells_batch(
         }
     }
     Ok(())
-}
-
-/// The page index of row group `rg`'s `__pk` column (leaf 0): per-page key
-/// bounds and page locations. `None` without one.
-fn pk_page_index(md: &ParquetMetaData, rg: usize) -> Option<(&ByteArrayColumnIndex, &[PageLocation])> {
-    let index = match md.column_index()?.get(rg)?.first()? {
-        ColumnIndexMetaData::BYTE_ARRAY(index) => index,
-        _ => return None,
-    };
-    let pages = md.offset_index()?.get(rg)?.first()?.page_locations();
-    Some((index, pages))
 }
 
 /// The rows of a row group whose `__pk` pages (sorted) can hold keys in

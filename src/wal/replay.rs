@@ -36,7 +36,10 @@ pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
         let read = read_file(&path, &data, is_last)?;
         if let Some(pos) = read.torn_at {
             // Zeros after the log (a preallocated file) are not counted.
-            out.torn_bytes = data.iter().rposition(|&b| b != 0).map_or(0, |last| (last + 1).saturating_sub(pos)) as u64;
+            out.torn_bytes = data
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |last| (last + 1).saturating_sub(pos)) as u64;
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(&path)
@@ -268,17 +271,22 @@ mod tests {
     use super::*;
     use crate::model::row::Mutation;
 
-    /// Writes `n` records to WAL file 1; returns where they end (a
-    /// `Durability::Sync` file is preallocated: zeros follow).
-    fn write_records(dir: &Path, n: u64, durability: Durability) -> usize {
-        let mut w = WalWriter::create(
+    /// A writer of a fresh log in `dir`.
+    fn writer(dir: &Path, durability: Durability, file_limit: u64) -> WalWriter {
+        WalWriter::create(
             dir,
             vec![],
             durability,
-            1 << 20,
+            file_limit,
             std::sync::Arc::new(super::super::OsWalOpener),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// Writes `n` records to WAL file 1; returns where they end (a
+    /// `Durability::Sync` file is preallocated: zeros follow).
+    fn write_records(dir: &Path, n: u64, durability: Durability) -> usize {
+        let mut w = writer(dir, durability, 1 << 20);
         for seq in 1..=n {
             let mut p = Vec::new();
             encode_entry(&mut p, seq, 7, b"k", &Mutation::Delete);
@@ -339,7 +347,10 @@ mod tests {
                     // kind of file into the other, whose records read
                     // the same.)
                     Ok(r) if r.entries.iter().map(|e| e.seq).eq(1..=6) => {}
-                    Ok(r) => panic!("{durability:?}, bit {bit}: read {} records and no error", r.entries.len()),
+                    Ok(r) => panic!(
+                        "{durability:?}, bit {bit}: read {} records and no error",
+                        r.entries.len()
+                    ),
                     Err(e) => assert!(e.message().contains(&file_name(1)), "{}", e.message()),
                 }
             }
@@ -364,14 +375,7 @@ mod tests {
     fn preallocated_files_end_at_their_zeros_and_refuse_holes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(file_name(1));
-        let mut w = WalWriter::create(
-            dir.path(),
-            vec![],
-            Durability::Sync,
-            1 << 20,
-            std::sync::Arc::new(super::super::OsWalOpener),
-        )
-        .unwrap();
+        let mut w = writer(dir.path(), Durability::Sync, 1 << 20);
         let mut starts = Vec::new();
         for seq in 1..=6u64 {
             starts.push(MAGIC.len() as u64 + w.current_size());
@@ -411,10 +415,16 @@ mod tests {
         // A middle record zeroed (acknowledged records after it) or damaged.
         for (at, len) in [(starts[2] as usize, HEADER_LEN), (starts[2] as usize + 20, 1)] {
             let mut bad = full.clone();
-            bad[at..at + len].iter_mut().for_each(|b| *b = !*b & if len == 1 { 0xff } else { 0 });
+            bad[at..at + len]
+                .iter_mut()
+                .for_each(|b| *b = !*b & if len == 1 { 0xff } else { 0 });
             let e = replay_of(&bad).err().expect("a hole before whole records is refused");
             assert_eq!(e.kind(), crate::error::ErrorKind::Corruption);
-            assert!(e.message().contains(&format!("offset {}", starts[2])), "{}", e.message());
+            assert!(
+                e.message().contains(&format!("offset {}", starts[2])),
+                "{}",
+                e.message()
+            );
         }
         // A file created and preallocated, its magic not yet on disk.
         let r = replay_of(&vec![0; 1 << 20]).unwrap();
@@ -428,14 +438,7 @@ mod tests {
     #[test]
     fn sealed_and_finished_files_end_with_their_records() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = WalWriter::create(
-            dir.path(),
-            vec![],
-            Durability::Sync,
-            1 << 20,
-            std::sync::Arc::new(super::super::OsWalOpener),
-        )
-        .unwrap();
+        let mut w = writer(dir.path(), Durability::Sync, 1 << 20);
         let mut p = Vec::new();
         encode_entry(&mut p, 1, 7, b"k", &Mutation::Delete);
         w.append(&p, 1).unwrap();
@@ -454,14 +457,7 @@ mod tests {
     #[test]
     fn preallocated_files_grow_a_stretch_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = WalWriter::create(
-            dir.path(),
-            vec![],
-            Durability::Sync,
-            64 << 20,
-            std::sync::Arc::new(super::super::OsWalOpener),
-        )
-        .unwrap();
+        let mut w = writer(dir.path(), Durability::Sync, 64 << 20);
         let path = dir.path().join(file_name(1));
         let first = std::fs::metadata(&path).unwrap().len();
         for seq in 1..=50u64 {
@@ -473,7 +469,10 @@ mod tests {
         let len = std::fs::metadata(&path).unwrap().len();
         if first > MAGIC.len() as u64 {
             assert_eq!(first, 4 << 20, "the first stretch");
-            assert!(len > end && len - end <= 4 << 20 && len % (4 << 20) == 0, "{len} for {end}");
+            assert!(
+                len > end && len - end <= 4 << 20 && len % (4 << 20) == 0,
+                "{len} for {end}"
+            );
         }
         let copy = std::fs::read(&path).unwrap();
         w.finish().unwrap();

@@ -171,7 +171,8 @@ fn cut_power(dir: &Path, log: &SyncLog, rng: &mut StdRng) -> u64 {
             let first_cut = (durable / SECTOR + 1) * SECTOR;
             if keep > first_cut && rng.random_range(0..2) == 0 {
                 let hole_end = rng.random_range(first_cut / SECTOR..=keep / SECTOR) * SECTOR;
-                file.write_all_at(&vec![0; (hole_end - durable) as usize], durable).unwrap();
+                file.write_all_at(&vec![0; (hole_end - durable) as usize], durable)
+                    .unwrap();
             }
         } else {
             file.set_len(keep).unwrap();
@@ -281,7 +282,11 @@ async fn power_cuts(durability: &str, cycles: usize, seed: u64) -> (u64, u64, u6
     }
     let report = cellar::check(&data, None).await.unwrap();
     assert_eq!(report.damaged(), 0, "{:?}", report.files);
-    assert_eq!(preallocated >= cycles, durability == "sync", "{durability}: {preallocated} preallocated WAL files");
+    assert_eq!(
+        preallocated >= cycles,
+        durability == "sync",
+        "{durability}: {preallocated} preallocated WAL files"
+    );
     (acked_total, survived, dropped_bytes)
 }
 
