@@ -636,11 +636,11 @@ fn bit_levels(mut data: &[u8], rows: usize) -> std::result::Result<Vec<bool>, St
 }
 
 /// The page in `slot`, replaced by `load(row)`'s when it does not hold `row`.
-fn fresh<'p>(
-    slot: &'p mut Option<Arc<Page>>,
+fn fresh(
+    slot: &mut Option<Arc<Page>>,
     load: impl FnOnce(usize) -> Result<Arc<Page>>,
     row: usize,
-) -> Result<&'p Arc<Page>> {
+) -> Result<&Arc<Page>> {
     if !slot.as_ref().is_some_and(|p| p.holds(row)) {
         *slot = Some(load(row)?);
     }

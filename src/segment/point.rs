@@ -279,6 +279,9 @@ impl RowGroupFile<'_> {
     }
 }
 
+/// A run of records of a flat leaf: definition levels and values.
+pub(super) type Records<T> = (Vec<i16>, Vec<<T as DataType>::T>);
+
 /// The next `n` records of a flat leaf from `reader`: their definition
 /// levels (none when `max_def` is 0) and values; `None` when the leaf
 /// ends first.
@@ -286,7 +289,7 @@ pub(super) fn read_records<T: DataType>(
     reader: &mut ColumnReaderImpl<T>,
     max_def: i16,
     n: usize,
-) -> parquet::errors::Result<Option<(Vec<i16>, Vec<T::T>)>> {
+) -> parquet::errors::Result<Option<Records<T>>> {
     let mut defs = Vec::with_capacity(n);
     let mut values = Vec::with_capacity(n);
     let mut read = 0;

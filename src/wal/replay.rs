@@ -470,7 +470,7 @@ mod tests {
         if first > MAGIC.len() as u64 {
             assert_eq!(first, 4 << 20, "the first stretch");
             assert!(
-                len > end && len - end <= 4 << 20 && len % (4 << 20) == 0,
+                len > end && len - end <= 4 << 20 && len.is_multiple_of(4 << 20),
                 "{len} for {end}"
             );
         }
