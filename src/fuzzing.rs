@@ -170,13 +170,22 @@ pub fn sql(data: &[u8]) {
     let _ = rt.block_on(sess.execute(&stmt));
 }
 
-/// A directory under the system's temporary directory (never removed: the
-/// fuzzing session lives as long as the process).
+/// A directory under the system's temporary directory for this process's
+/// fuzzing session, which lives as long as the process: it is not removed
+/// on exit, so each new one removes those of processes that are gone.
 struct TempDir(std::path::PathBuf);
 
 impl TempDir {
     fn new() -> Self {
-        let p = std::env::temp_dir().join(format!("cellar-fuzz-sql-{}", std::process::id()));
+        let root = std::env::temp_dir().join("cellar-fuzz-sql");
+        #[cfg(target_os = "linux")]
+        for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let pid = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let p = root.join(std::process::id().to_string());
         let _ = std::fs::remove_dir_all(&p);
         TempDir(p)
     }
