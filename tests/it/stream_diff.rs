@@ -51,7 +51,7 @@ fn random_stream(rng: &mut StdRng, now: i64) -> Vec<(Key, RowWrite)> {
         .collect()
 }
 
-fn options(clock: &Arc<ManualClock>) -> DbOptions {
+fn options(clock: &Arc<ManualClock>, durability: Durability) -> DbOptions {
     DbOptions {
         row_group_rows: 16,
         page_rows: 4,
@@ -62,8 +62,7 @@ fn options(clock: &Arc<ManualClock>) -> DbOptions {
         ..DbOptions::default()
             .clock(clock.clone())
             .memtable_bytes(4 << 10)
-            // Order, not durability, is under test: no fsync per write.
-            .durability(Durability::None)
+            .durability(durability)
     }
 }
 
@@ -96,13 +95,28 @@ fn outcome(r: &Result<WriteResult>) -> Result<&WriteResult, ErrorKind> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_streams_equal_one_at_a_time_and_the_reference() {
+    // Order, not durability, is under test here: no fsync per write.
+    run(Durability::None, 2000).await;
+}
+
+/// The same with every group fsynced: preallocated WAL files written in
+/// place, cut back as memtables freeze and at each close, replayed at the
+/// reopens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_streams_equal_one_at_a_time_with_synced_preallocated_wal() {
+    run(Durability::Sync, 150).await;
+}
+
+async fn run(durability: Durability, default_streams: u64) {
     let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<u64>().ok());
-    let streams = env("CELLAR_DIFF_STREAMS").unwrap_or(2000);
+    let streams = env("CELLAR_DIFF_STREAMS").unwrap_or(default_streams);
     let seed = env("CELLAR_DIFF_SEED").unwrap_or(20261125);
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
-    let mut db = Database::open_with(dir.path(), options(&clock)).await.unwrap();
+    let mut db = Database::open_with(dir.path(), options(&clock, durability))
+        .await
+        .unwrap();
     let table_options = TableOptions {
         max_versions: 3,
         ..Default::default()
@@ -173,7 +187,9 @@ async fn pipelined_streams_equal_one_at_a_time_and_the_reference() {
             5 => {
                 drop((p, s));
                 db.close().await.unwrap();
-                db = Database::open_with(dir.path(), options(&clock)).await.unwrap();
+                db = Database::open_with(dir.path(), options(&clock, durability))
+                    .await
+                    .unwrap();
             }
             _ => {}
         }
