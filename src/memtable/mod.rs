@@ -357,6 +357,22 @@ impl Memtable {
             .is_some()
     }
 
+    /// The keys in `range` (any sequence), counted up to `cap`.
+    pub fn key_count_in(&self, range: &KeyRange, cap: usize) -> usize {
+        if range.is_empty() {
+            return 0;
+        }
+        let map = self.map.read();
+        let hi = match &range.hi {
+            Some(h) => Bound::Excluded(h.as_slice()),
+            None => Bound::Unbounded,
+        };
+        map.keys
+            .range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
+            .take(cap)
+            .count()
+    }
+
     pub fn key_count(&self) -> usize {
         self.map.read().keys.len()
     }

@@ -29,6 +29,7 @@ use arrow::datatypes::SchemaRef;
 use super::arrow::{BATCH_ROWS, OutCol};
 use super::context::ScanCtx;
 use super::merge_scan::MergeScan;
+use super::overlay_rows::{OverlayRows, gap_rows};
 use super::plan::{RowFilter, RowGroupFilter, ScanCounters, ScanPiece, ScanRange, plan_pieces};
 use super::splice::SingleReader;
 use crate::error::Result;
@@ -46,6 +47,8 @@ pub(crate) struct LatestScan {
 
 enum Current {
     Single(Box<SingleReader>),
+    /// A piece no segment overlaps, from its gap's memtable overlay.
+    Gap(Box<OverlayRows>),
     Merge(MergeScan),
 }
 
@@ -99,6 +102,10 @@ impl LatestScan {
                     match piece {
                         ScanPiece::Point(key) => point(&self.cx, &key).await?,
                         ScanPiece::Merge(range) => {
+                            if let Some(rows) = gap_rows(&self.cx, &range).await? {
+                                self.current = Some(Current::Gap(Box::new(rows)));
+                                continue;
+                            }
                             let scan = MergeScan::new(&self.cx.snap, range, false, None);
                             self.current = Some(Current::Merge(scan));
                             continue;
@@ -112,6 +119,13 @@ impl LatestScan {
                 }
                 Some(Current::Merge(scan)) => {
                     let b = merge_batch(scan, &self.cx).await?;
+                    if b.is_none() {
+                        self.current = None;
+                    }
+                    b
+                }
+                Some(Current::Gap(r)) => {
+                    let b = r.rest(BATCH_ROWS)?;
                     if b.is_none() {
                         self.current = None;
                     }

@@ -18,6 +18,7 @@ mod arrow;
 mod context;
 mod get;
 mod latest;
+mod locate;
 mod merge_scan;
 mod overlay;
 mod overlay_rows;

@@ -7,9 +7,7 @@
 //! 1% of them rewritten: 4.4x a plain Parquet scan). An [`Overlay`] does
 //! that work once per memtable state and segment:
 //! - each memtable key's position in the segment: the row it replaces, or
-//!   the row it goes before (found from the row groups' key bounds, then a
-//!   `__pk` page read per key in groups holding few of them, one pass over
-//!   the typed key columns of groups holding many);
+//!   the row it goes before ([`super::locate`]);
 //! - each key's merged state, reduced to what a latest-version scan shows
 //!   (the newest version of every column, the newest timestamp of the row),
 //!   as one Arrow row per key in the segment layout.
@@ -24,15 +22,36 @@
 //! out): only the keys written since are placed (reading only the row
 //! groups that could hold them) and folded, the others keep their position
 //! and row. A scan older than the overlay merges the memtable itself.
+//!
+//! An extension adds the keys written since as a new [`Run`] instead of
+//! copying the whole overlay: runs are kept oldest first, a key's row in a
+//! newer run replaces its rows in older ones. The background upkeep
+//! merges the two newest runs while the newest is at least as long as the
+//! one before, so a key's row is copied about log2 of the extensions
+//! times, not once per extension; it merges off the overlay's slot, so
+//! scans keep using and extending the overlay meanwhile. An extension
+//! itself merges runs only past [`MAX_RUNS`]. A scan reads a key span of
+//! all runs merged ([`OverlaySpan`]).
+//!
+//! Memtable keys no segment's key span holds (before the first, between
+//! two, after the last segment, or all of them when there is none) get an
+//! overlay of their gap ([`Under::Gap`]): positions need no placing, and a
+//! scan reads the gap's rows from it instead of merging memtable writes
+//! row by row.
+//!
+//! Invariants: every run's keys are ascending and unique, with positions
+//! ascending with them; all runs of an overlay have the same columns
+//! (an extension that brings a new column or type builds the overlay
+//! whole); an overlay has at least one run (possibly empty).
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::concat_batches;
 use arrow::datatypes::{Field, Schema};
-use futures::StreamExt;
 
-use super::arrow::{BATCH_ROWS, TypedKey};
+use super::locate::locate;
 use crate::error::{Error, Result};
 use crate::memtable::Memtable;
 use crate::model::key::{KeyRange, key_successor};
@@ -40,63 +59,80 @@ use crate::model::row::KeyWrites;
 use crate::model::row::RowState;
 use crate::model::types::TypeSet;
 use crate::segment::format;
-use crate::segment::{RowEncoder, RowSpan, Segment, partition};
+use crate::segment::{RowEncoder, RowSpan, Segment};
 use crate::state::TableInner;
 
 /// Keys folded and encoded per step while building (bounds the memory a
 /// build holds besides the overlay itself).
 const BUILD_CHUNK: usize = 4096;
 
+/// Memtable keys a gap's piece must hold for a scan, or the background,
+/// to build the gap's overlay (fewer are merged row by row at once).
+pub(super) const GAP_MIN_KEYS: usize = 1024;
+
+/// Runs past which the two newest are merged whatever their lengths (a
+/// scan merges the runs of its span key by key).
+pub(super) const MAX_RUNS: usize = 8;
+
 /// One memtable's keys within one segment's key span, resolved against it.
 pub(crate) struct Overlay {
     /// The memtable's newest sequence when this was built.
     pub built_at: u64,
-    /// The attribute columns of `rows`: the segment's and the memtable's.
+    /// The attribute columns of the runs' rows: the segment's and the
+    /// memtable's.
     columns: Vec<(String, TypeSet)>,
-    /// The keys, ascending (shared with the overlays extended from this
-    /// one).
-    pub keys: Vec<Arc<[u8]>>,
+    /// Oldest first; never empty.
+    runs: Vec<Arc<Run>>,
+}
+
+/// Keys of an overlay placed in its segment, with their rows.
+pub(crate) struct Run {
+    /// Ascending.
+    keys: Vec<Arc<[u8]>>,
     /// Per key: the segment row it replaces (`found`), else the segment row
     /// it goes before (the segment's row count: after the last row).
-    pub pos: Vec<u64>,
-    pub found: Vec<bool>,
+    pos: Vec<u64>,
+    found: Vec<bool>,
     /// Per key: its row holds only the columns its UpdateRows wrote, to be
     /// laid over the segment row it was found at, column by column (see
     /// [`lays_over`]); otherwise the row is the key's whole state.
-    pub partial: Vec<bool>,
+    partial: Vec<bool>,
     /// Per key, its merged state's newest values in the segment layout
     /// (typed key columns, `__max_ts`, one struct per attribute column),
     /// strings as views; for a partial key, its own writes' newest values.
-    pub rows: RecordBatch,
+    rows: RecordBatch,
 }
 
 impl Overlay {
-    /// Builds the overlay of `mem`'s writes up to sequence `at` over `seg`
-    /// (writes after `at` are left out: a scan builds it at its snapshot
-    /// while writers go on).
+    /// Builds the overlay of `mem`'s writes up to sequence `at` over
+    /// `under` (writes after `at` are left out: a scan builds it at its
+    /// snapshot while writers go on).
     ///
     /// With `base`, an overlay of the same memtable and segment built at an
     /// earlier sequence, only the keys written since then are placed and
-    /// folded; every other key keeps its position and row from `base`
-    /// (keys never leave a memtable and segment rows never move). That
-    /// holds while the attribute columns are the same; when a write
-    /// brought a new column or value type, it is built whole. Returns
+    /// folded, into a new run; every other key keeps its position and row
+    /// from `base` (keys never leave a memtable and segment rows never
+    /// move). That holds while the attribute columns are the same; when a
+    /// write brought a new column or value type, it is built whole. Returns
     /// whether `base` was extended; `None` when the segment has no key
     /// statistics to place keys with.
     pub async fn build(
         table: &TableInner,
         mem: &Memtable,
-        seg: &Arc<Segment>,
+        under: &Under,
         at: u64,
         base: Option<&Overlay>,
     ) -> Result<Option<(Overlay, bool)>> {
-        let range = KeyRange {
-            lo: seg.min_key.clone(),
-            hi: Some(key_successor(&seg.max_key)),
+        let range = under.range();
+        let seg = match under {
+            Under::Segment(seg) => Some(seg),
+            Under::Gap(_) => None,
         };
         // Columns: the memtable's, plus the segment's (an UpdateRow merged
         // over a segment row brings that row's other columns along).
-        let mut columns: std::collections::BTreeMap<String, TypeSet> = seg.meta.columns.iter().cloned().collect();
+        let mut columns: std::collections::BTreeMap<String, TypeSet> = seg
+            .map(|s| s.meta.columns.iter().cloned().collect())
+            .unwrap_or_default();
         for (name, t) in mem.columns() {
             columns.entry(name).or_default().0 |= t.0;
         }
@@ -105,43 +141,46 @@ impl Overlay {
         let after = base.map_or(0, |b| b.built_at);
         // The keys written since `after`; those `base` lacks are located.
         let keys = mem.keys_changed(&range, after, at);
-        let in_base: Vec<Option<usize>> = keys
-            .iter()
-            .map(|k| base.and_then(|b| b.keys.binary_search_by(|x| (**x).cmp(k.as_slice())).ok()))
-            .collect();
+        let known: Vec<Option<(u64, bool)>> = keys.iter().map(|k| base.and_then(|b| b.placed(k))).collect();
         let fresh: Vec<Vec<u8>> = keys
             .iter()
-            .zip(&in_base)
-            .filter(|(_, i)| i.is_none())
+            .zip(&known)
+            .filter(|(_, p)| p.is_none())
             .map(|(k, _)| k.clone())
             .collect();
-        let Some((fresh_pos, fresh_found)) = locate(table, seg, &fresh).await? else {
-            return Ok(None);
+        let (fresh_pos, fresh_found) = match seg {
+            Some(seg) => match locate(table, seg, &fresh).await? {
+                Some(placed) => placed,
+                None => return Ok(None),
+            },
+            // No segment: every key is new, before nothing.
+            None => (vec![0; fresh.len()], vec![false; fresh.len()]),
         };
         let (mut pos, mut found) = (Vec::with_capacity(keys.len()), Vec::with_capacity(keys.len()));
         let mut partial = vec![false; keys.len()];
-        let mut f = 0;
-        for i in &in_base {
-            match (i, base) {
-                (Some(i), Some(b)) => {
-                    pos.push(b.pos[*i]);
-                    found.push(b.found[*i]);
-                }
-                _ => {
-                    pos.push(fresh_pos[f]);
-                    found.push(fresh_found[f]);
-                    f += 1;
-                }
-            }
+        let mut fresh_at = fresh_pos.into_iter().zip(fresh_found);
+        for p in &known {
+            let (p, f) = match p {
+                Some(placed) => *placed,
+                None => fresh_at
+                    .next()
+                    .ok_or_else(|| Error::corruption("overlay: a key was not placed"))?,
+            };
+            pos.push(p);
+            found.push(f);
         }
         let schema = format::arrow_schema(&table.schema, &columns);
         let mut enc = RowEncoder::new(&table.schema, &columns);
         // What the segment's row groups can hold of each column, for
-        // updates laid over their rows.
-        let md = seg.reader_metadata().await?.metadata().clone();
+        // updates laid over their rows (a key is found only in a segment).
         let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
-        let bounds = Segment::newest_versions(&md, &names);
-        let starts = group_starts(&md);
+        let (bounds, starts) = match seg {
+            Some(seg) => {
+                let md = seg.reader_metadata().await?.metadata().clone();
+                (Segment::newest_versions(&md, &names), group_starts(&md))
+            }
+            None => (Vec::new(), Vec::new()),
+        };
         let group_of = |row: u64| starts.partition_point(|s| *s <= row).saturating_sub(1);
         let mut batches = Vec::new();
         let mut resume: Option<Vec<u8>> = None;
@@ -181,6 +220,7 @@ impl Overlay {
             })?;
             if let Some(st) = merge {
                 let key = &keys[i];
+                let seg = seg.ok_or_else(|| Error::corruption("overlay: a key found in no segment"))?;
                 let mut st = match seg.get(key, None).await? {
                     Some(older) => st.merge_over(older),
                     None => st,
@@ -210,40 +250,151 @@ impl Overlay {
             [one] => one.clone(),
             all => concat_batches(&all[0].schema(), all)?,
         };
+        let run = Run {
+            keys: keys.into_iter().map(Arc::from).collect(),
+            pos,
+            found,
+            partial,
+            rows,
+        };
         let Some(base) = base else {
             let ov = Overlay {
                 built_at: at,
                 columns,
-                keys: keys.into_iter().map(Arc::from).collect(),
-                pos,
-                found,
-                partial,
-                rows,
+                runs: vec![Arc::new(run)],
             };
             return Ok(Some((ov, false)));
         };
-        // Every key of either, ascending; a key written since takes its new
-        // position and row.
-        let n = base.keys.len() + fresh.len();
-        let mut merged = Overlay {
-            built_at: at,
-            columns,
-            keys: Vec::with_capacity(n),
-            pos: Vec::with_capacity(n),
-            found: Vec::with_capacity(n),
-            partial: Vec::with_capacity(n),
-            rows: RecordBatch::new_empty(rows.schema()),
+        let mut runs = base.runs.clone();
+        if !run.keys.is_empty() {
+            runs.push(Arc::new(run));
+            settle(&mut runs, Merge::Bounded)?;
+        }
+        Ok(Some((
+            Overlay {
+                built_at: at,
+                columns,
+                runs,
+            },
+            true,
+        )))
+    }
+
+    /// Where a key of the overlay was placed: its position and whether it
+    /// was found there.
+    fn placed(&self, key: &[u8]) -> Option<(u64, bool)> {
+        self.runs.iter().rev().find_map(|r| {
+            let i = r.keys.binary_search_by(|x| (**x).cmp(key)).ok()?;
+            Some((r.pos[i], r.found[i]))
+        })
+    }
+
+    /// The runs, for tests and statistics.
+    #[cfg(test)]
+    pub(super) fn run_lengths(&self) -> Vec<usize> {
+        self.runs.iter().map(|r| r.keys.len()).collect()
+    }
+
+    /// The overlay's keys in `range`, every run merged.
+    pub fn span(&self, range: &KeyRange) -> OverlaySpan {
+        let spans: Vec<(&Arc<Run>, std::ops::Range<usize>)> = self
+            .runs
+            .iter()
+            .map(|r| (r, r.key_span(range)))
+            .filter(|(_, s)| !s.is_empty())
+            .collect();
+        if spans.len() <= 1 {
+            let (run, s) = match spans.into_iter().next() {
+                Some(one) => one,
+                None => (&self.runs[0], 0..0),
+            };
+            return OverlaySpan {
+                pos: run.pos[s.clone()].to_vec(),
+                found: run.found[s.clone()].to_vec(),
+                partial: run.partial[s.clone()].to_vec(),
+                parts: vec![run.rows.slice(s.start, s.len())],
+                order: None,
+            };
+        }
+        // A merge of the runs by position, then key (keys at one position
+        // are those between the same two segment rows, or one found there);
+        // a key in several runs is taken from the newest.
+        let mut at: Vec<usize> = spans.iter().map(|(_, s)| s.start).collect();
+        let total: usize = spans.iter().map(|(_, s)| s.len()).sum();
+        let mut out = OverlaySpan {
+            pos: Vec::with_capacity(total),
+            found: Vec::with_capacity(total),
+            partial: Vec::with_capacity(total),
+            parts: spans.iter().map(|(r, s)| r.rows.slice(s.start, s.len())).collect(),
+            order: Some(Vec::with_capacity(total)),
         };
-        // Runs of consecutive rows from either: (0 = base / 1 = new, start, end).
+        loop {
+            // The run holding the smallest (position, key); on equal keys
+            // the newest run, the others skip it.
+            let mut best: Option<usize> = None;
+            for (k, (run, s)) in spans.iter().enumerate() {
+                if at[k] >= s.end {
+                    continue;
+                }
+                let Some(b) = best else {
+                    best = Some(k);
+                    continue;
+                };
+                let (br, bi) = (&spans[b].0, at[b]);
+                let ord = run.pos[at[k]]
+                    .cmp(&br.pos[bi])
+                    .then_with(|| run.keys[at[k]].cmp(&br.keys[bi]));
+                match ord {
+                    std::cmp::Ordering::Less => best = Some(k),
+                    std::cmp::Ordering::Equal => {
+                        // `k` is newer than `b`: `b`'s copy is replaced.
+                        at[b] += 1;
+                        best = Some(k);
+                    }
+                    std::cmp::Ordering::Greater => {}
+                }
+            }
+            let Some(b) = best else { break };
+            let (run, s) = &spans[b];
+            let i = at[b];
+            at[b] += 1;
+            out.pos.push(run.pos[i]);
+            out.found.push(run.found[i]);
+            out.partial.push(run.partial[i]);
+            if let Some(order) = out.order.as_mut() {
+                order.push((b, i - s.start));
+            }
+        }
+        out
+    }
+}
+
+impl Run {
+    /// The index range of the keys in `range`.
+    fn key_span(&self, range: &KeyRange) -> std::ops::Range<usize> {
+        let lo = self.keys.partition_point(|k| **k < *range.lo.as_slice());
+        let hi = match &range.hi {
+            Some(h) => self.keys.partition_point(|k| **k < *h.as_slice()),
+            None => self.keys.len(),
+        };
+        lo..hi.max(lo)
+    }
+
+    /// One run of the keys of both, ascending; a key in both takes
+    /// `newer`'s place and row.
+    fn merge(older: &Run, newer: &Run) -> Result<Run> {
+        let n = older.keys.len() + newer.keys.len();
+        // Runs of consecutive rows from either: (0 = older / 1 = newer,
+        // start, end).
         let mut runs: Vec<(usize, usize, usize)> = Vec::new();
         let mut push = |src: usize, i: usize| match runs.last_mut() {
             Some((s, _, e)) if *s == src && *e == i => *e += 1,
             _ => runs.push((src, i, i + 1)),
         };
         let (mut b, mut c) = (0, 0);
-        while b < base.keys.len() || c < keys.len() {
-            let from_new = match (base.keys.get(b), keys.get(c)) {
-                (Some(old), Some(new)) => match (**old).cmp(new.as_slice()) {
+        while b < older.keys.len() || c < newer.keys.len() {
+            let from_new = match (older.keys.get(b), newer.keys.get(c)) {
+                (Some(old), Some(new)) => match old.cmp(new) {
                     std::cmp::Ordering::Less => false,
                     std::cmp::Ordering::Equal => {
                         b += 1;
@@ -262,44 +413,191 @@ impl Overlay {
                 b += 1;
             }
         }
-        let mut keys: Vec<Option<Vec<u8>>> = keys.into_iter().map(Some).collect();
+        let mut merged = Run {
+            keys: Vec::with_capacity(n),
+            pos: Vec::with_capacity(n),
+            found: Vec::with_capacity(n),
+            partial: Vec::with_capacity(n),
+            rows: RecordBatch::new_empty(newer.rows.schema()),
+        };
         for &(src, s, e) in &runs {
-            if src == 0 {
-                merged.keys.extend_from_slice(&base.keys[s..e]);
-                merged.pos.extend_from_slice(&base.pos[s..e]);
-                merged.found.extend_from_slice(&base.found[s..e]);
-                merged.partial.extend_from_slice(&base.partial[s..e]);
-            } else {
-                merged
-                    .keys
-                    .extend(keys[s..e].iter_mut().filter_map(|k| k.take().map(Arc::from)));
-                merged.pos.extend_from_slice(&pos[s..e]);
-                merged.found.extend_from_slice(&found[s..e]);
-                merged.partial.extend_from_slice(&partial[s..e]);
-            }
+            let from = if src == 0 { older } else { newer };
+            merged.keys.extend_from_slice(&from.keys[s..e]);
+            merged.pos.extend_from_slice(&from.pos[s..e]);
+            merged.found.extend_from_slice(&from.found[s..e]);
+            merged.partial.extend_from_slice(&from.partial[s..e]);
         }
-        // Copied run by run: few runs when few keys were written since.
-        let mut columns = Vec::with_capacity(rows.num_columns());
-        for (old, new) in base.rows.columns().iter().zip(rows.columns()) {
+        // Copied run by run.
+        let rows = merged.keys.len();
+        let mut columns = Vec::with_capacity(newer.rows.num_columns());
+        for (old, new) in older.rows.columns().iter().zip(newer.rows.columns()) {
             let (old, new) = (old.to_data(), new.to_data());
-            let mut m = arrow::array::MutableArrayData::new(vec![&old, &new], false, n);
+            let mut m = arrow::array::MutableArrayData::new(vec![&old, &new], false, rows);
             for &(src, s, e) in &runs {
                 m.try_extend(src, s, e)?;
             }
             columns.push(arrow::array::make_array(m.freeze()));
         }
-        merged.rows = RecordBatch::try_new(rows.schema(), columns)?;
-        Ok(Some((merged, true)))
+        merged.rows = RecordBatch::try_new_with_options(
+            newer.rows.schema(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows)),
+        )?;
+        Ok(merged)
+    }
+}
+
+/// What an overlay places a memtable's keys in.
+#[derive(Clone)]
+pub(crate) enum Under {
+    /// A segment no other segment overlaps: the keys of its key span.
+    Segment(Arc<Segment>),
+    /// A key range no segment overlaps (before the first, between two,
+    /// after the last): every key in it is new, and the overlay is the
+    /// memtable's rows there, columnar.
+    Gap(KeyRange),
+}
+
+impl Under {
+    /// The keys the overlay holds.
+    fn range(&self) -> KeyRange {
+        match self {
+            Under::Segment(seg) => KeyRange {
+                lo: seg.min_key.clone(),
+                hi: Some(key_successor(&seg.max_key)),
+            },
+            Under::Gap(r) => r.clone(),
+        }
     }
 
-    /// The index range of the keys in `range`.
-    pub fn key_span(&self, range: &KeyRange) -> std::ops::Range<usize> {
-        let lo = self.keys.partition_point(|k| **k < *range.lo.as_slice());
-        let hi = match &range.hi {
-            Some(h) => self.keys.partition_point(|k| **k < *h.as_slice()),
-            None => self.keys.len(),
+    /// The name of its overlay's slot among the memtable's attachments.
+    pub fn slot_name(&self) -> String {
+        let hex = |k: &[u8]| k.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        match self {
+            Under::Segment(seg) => seg.meta.path.clone(),
+            // Not a path: no segment's slot can take it.
+            Under::Gap(r) => format!("\0gap {} {}", hex(&r.lo), r.hi.as_deref().map_or("end".into(), hex)),
+        }
+    }
+}
+
+/// The key ranges no segment of `segments` overlaps, ascending (the
+/// gaps' bounds depend only on the segments, so every scan and the
+/// background name a gap alike).
+pub(super) fn gaps(segments: &[Arc<Segment>]) -> Vec<KeyRange> {
+    let mut spans: Vec<(&[u8], &[u8])> = segments
+        .iter()
+        .map(|s| (s.min_key.as_slice(), s.max_key.as_slice()))
+        .collect();
+    spans.sort_unstable();
+    let mut out = Vec::new();
+    let mut lo: Vec<u8> = Vec::new();
+    for (min, max) in spans {
+        if lo.as_slice() < min {
+            out.push(KeyRange {
+                lo: std::mem::take(&mut lo),
+                hi: Some(min.to_vec()),
+            });
+        }
+        let after = key_successor(max);
+        if after > lo {
+            lo = after;
+        }
+    }
+    out.push(KeyRange { lo, hi: None });
+    out
+}
+
+/// The gap of `segments` holding `range`, when no segment overlaps it.
+pub(super) fn gap_holding(segments: &[Arc<Segment>], range: &KeyRange) -> Option<KeyRange> {
+    if segments.iter().any(|s| range.overlaps(&s.min_key, &s.max_key)) {
+        return None;
+    }
+    gaps(segments).into_iter().find(|g| {
+        g.lo <= range.lo
+            && g.hi
+                .as_ref()
+                .is_none_or(|h| range.hi.as_ref().is_some_and(|rh| rh <= h))
+    })
+}
+
+/// Which runs an extension merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Merge {
+    /// Only past [`MAX_RUNS`]: a scan waits for the extension, so it
+    /// leaves the merging of similar runs to the background.
+    Bounded,
+    /// Also the two newest while the newest is at least as long as the one
+    /// before (in the background).
+    Settle,
+}
+
+/// Merges the two newest runs while there are more than [`MAX_RUNS`], and
+/// with [`Merge::Settle`] while the newest is at least as long as the one
+/// before.
+fn settle(runs: &mut Vec<Arc<Run>>, merge: Merge) -> Result<()> {
+    while let [.., older, newer] = runs.as_slice() {
+        let similar = merge == Merge::Settle && newer.keys.len() >= older.keys.len();
+        if !similar && runs.len() <= MAX_RUNS {
+            break;
+        }
+        let merged = Run::merge(older, newer)?;
+        runs.truncate(runs.len() - 2);
+        runs.push(Arc::new(merged));
+    }
+    Ok(())
+}
+
+/// The overlay's keys in one key range, its runs merged: per key its
+/// position, whether it was found there and whether it is laid over, and
+/// its row, gathered from the runs on demand (a scan gathers only the
+/// columns it outputs).
+pub(crate) struct OverlaySpan {
+    pub pos: Vec<u64>,
+    pub found: Vec<bool>,
+    pub partial: Vec<bool>,
+    /// Each run's rows of the range (segment layout, the same schema).
+    parts: Vec<RecordBatch>,
+    /// Per key, (part, row); `None` when there is one part, in key order.
+    order: Option<Vec<(usize, usize)>>,
+}
+
+impl OverlaySpan {
+    pub fn len(&self) -> usize {
+        self.pos.len()
+    }
+
+    /// `f` of each part's rows, gathered into key order (`f` must give
+    /// every part the same schema).
+    pub fn gather(&self, f: impl Fn(&RecordBatch) -> Result<RecordBatch>) -> Result<RecordBatch> {
+        let Some(order) = &self.order else {
+            return f(&self.parts[0]);
         };
-        lo..hi.max(lo)
+        let outs = self.parts.iter().map(f).collect::<Result<Vec<_>>>()?;
+        let schema = outs[0].schema();
+        let columns = (0..schema.fields().len())
+            .map(|c| {
+                let values: Vec<&dyn arrow::array::Array> = outs.iter().map(|b| b.column(c).as_ref()).collect();
+                arrow::compute::interleave(&values, order)
+            })
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+        Ok(RecordBatch::try_new_with_options(
+            schema,
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(order.len())),
+        )?)
+    }
+
+    /// Per-row bits `f` gives each part, gathered into key order.
+    pub fn gather_bits(&self, f: impl Fn(&RecordBatch) -> BooleanBuffer) -> BooleanBuffer {
+        let Some(order) = &self.order else {
+            return f(&self.parts[0]);
+        };
+        let bits: Vec<BooleanBuffer> = self.parts.iter().map(f).collect();
+        BooleanBuffer::collect_bool(order.len(), |i| {
+            let (p, r) = order[i];
+            bits[p].value(r)
+        })
     }
 }
 
@@ -312,8 +610,8 @@ pub(crate) type OverlaySlot = tokio::sync::Mutex<Option<Arc<Overlay>>>;
 pub(crate) type HeldSlot = tokio::sync::OwnedMutexGuard<Option<Arc<Overlay>>>;
 
 /// Builds (or extends, from what `held` holds) the overlay of `mem`'s
-/// writes up to `at` over `seg` into its slot; `None` when the segment has
-/// no key statistics to place keys with.
+/// writes up to `at` over `under` into its slot; `None` when the segment
+/// has no key statistics to place keys with.
 ///
 /// Built on a task of its own, which also releases the slot. Scans waiting
 /// for the overlay are then woken from that task, so an idle worker thread
@@ -324,13 +622,14 @@ pub(crate) type HeldSlot = tokio::sync::OwnedMutexGuard<Option<Arc<Overlay>>>;
 pub(crate) async fn build_in_slot(
     table: &Arc<TableInner>,
     mem: &Arc<Memtable>,
-    seg: &Arc<Segment>,
+    under: &Under,
     at: u64,
     mut held: HeldSlot,
+    merge: Merge,
 ) -> Result<Option<Arc<Overlay>>> {
-    let (table, mem, seg) = (table.clone(), mem.clone(), seg.clone());
+    let (table, mem, under) = (table.clone(), mem.clone(), under.clone());
     let build = tokio::spawn(async move {
-        let Some((ov, extended)) = Overlay::build(&table, &mem, &seg, at, held.as_deref()).await? else {
+        let Some((ov, extended)) = Overlay::build(&table, &mem, &under, at, held.as_deref()).await? else {
             return Ok(None);
         };
         let counter = if extended {
@@ -341,6 +640,11 @@ pub(crate) async fn build_in_slot(
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ov = Arc::new(ov);
         *held = Some(ov.clone());
+        let slot = tokio::sync::OwnedMutexGuard::mutex(&held).clone();
+        drop(held);
+        if merge == Merge::Settle {
+            settle_in_slot(&slot, &ov).await?;
+        }
         Ok(Some(ov))
     });
     build.await.map_err(|e| {
@@ -351,27 +655,74 @@ pub(crate) async fn build_in_slot(
     })?
 }
 
-/// Brings the overlays of `mem` over every segment it has keys in up to
-/// sequence `at` (every write up to it applied), the segments in
-/// parallel, so that the next scan finds them built or nearly. Run in the
-/// background while a table that SQL scans is written. A slot a scan is
-/// building is left to it, and a failure is left for the scan that needs
-/// the overlay to meet and report. Only segments whose key span no other
-/// segment overlaps get one: scans merge overlapping segments row by row,
-/// with no overlay.
+/// Merges the runs of `ov` as [`Merge::Settle`] does, without holding its
+/// slot (scans go on using and extending it meanwhile), then puts the
+/// merged runs in place of those in the slot's overlay, when it still
+/// starts with them (a scan's extension may have added runs after them;
+/// one that merged them leaves this merge unused).
+async fn settle_in_slot(slot: &Arc<OverlaySlot>, ov: &Arc<Overlay>) -> Result<()> {
+    let runs = ov.runs.clone();
+    let mut settled = runs.clone();
+    let similar = |r: &[Arc<Run>]| matches!(r, [.., older, newer] if newer.keys.len() >= older.keys.len());
+    if !similar(&settled) {
+        return Ok(());
+    }
+    let settled = tokio::task::spawn_blocking(move || settle(&mut settled, Merge::Settle).map(|_| settled))
+        .await
+        .map_err(|e| {
+            Error::new(
+                crate::error::ErrorKind::Closed,
+                format!("the task merging a memtable overlay's runs stopped: {e}"),
+            )
+        })??;
+    let mut held = slot.lock().await;
+    let Some(cur) = held.as_ref() else {
+        return Ok(());
+    };
+    let starts_with_them = cur.runs.len() >= runs.len() && cur.runs.iter().zip(&runs).all(|(a, b)| Arc::ptr_eq(a, b));
+    if starts_with_them {
+        let mut merged = settled;
+        merged.extend(cur.runs[runs.len()..].iter().cloned());
+        *held = Some(Arc::new(Overlay {
+            built_at: cur.built_at,
+            columns: cur.columns.clone(),
+            runs: merged,
+        }));
+    }
+    Ok(())
+}
+
+/// Brings the overlays of `mem` over every segment and every gap between
+/// segments it has keys in up to sequence `at` (every write up to it
+/// applied), in parallel, so that the next scan finds them built or
+/// nearly. Run in the background while a table that SQL scans is written.
+/// A slot a scan is building is left to it, and a failure is left for the
+/// scan that needs the overlay to meet and report. Only segments whose key
+/// span no other segment overlaps get one: scans merge overlapping
+/// segments row by row, with no overlay.
 pub(crate) async fn warm(table: Arc<TableInner>, mem: Arc<Memtable>, segments: Arc<Vec<Arc<Segment>>>, at: u64) {
     let mut builds = Vec::new();
-    for seg in alone(&segments) {
-        if !mem.has_key_between(&seg.min_key, &seg.max_key) {
+    let unders = alone(&segments)
+        .into_iter()
+        .map(|s| Under::Segment(s.clone()))
+        .chain(gaps(&segments).into_iter().map(Under::Gap));
+    for under in unders {
+        let range = under.range();
+        if !mem.has_key_in(&range) {
             continue;
         }
-        let Ok(held) = mem.attachment::<OverlaySlot>(&seg.meta.path).try_lock_owned() else {
+        let Ok(held) = mem.attachment::<OverlaySlot>(&under.slot_name()).try_lock_owned() else {
             continue;
         };
         if held.as_ref().is_some_and(|ov| ov.built_at >= at) {
             continue;
         }
-        builds.push(build_in_slot(&table, &mem, seg, at, held));
+        let few = || mem.key_count_in(&range, GAP_MIN_KEYS) < GAP_MIN_KEYS;
+        if matches!(under, Under::Gap(_)) && held.is_none() && few() {
+            continue;
+        }
+        let (table, mem) = (table.clone(), mem.clone());
+        builds.push(async move { build_in_slot(&table, &mem, &under, at, held, Merge::Settle).await });
     }
     // Each build runs on its own task from its first poll on.
     futures::future::join_all(builds).await;
@@ -476,189 +827,6 @@ fn newest_only(st: &mut RowState) {
     }
 }
 
-/// Each key's position in the segment (see [`Overlay::pos`]); `None` when
-/// the segment's row groups have no key statistics (then a scan compares
-/// keys row by row instead).
-///
-/// A key is placed by the key bounds of the row groups when it lies
-/// between two of them. In a group's bounds, it is placed by narrowing:
-/// each key starts with the rows of the `__pk` page that holds
-/// the first row at or past it (from the page index, unread; a key below
-/// that page's smallest key is placed before it right away), and one
-/// primary-key column after another is read for the rows some key still
-/// could be, each key keeping the rows whose value equals its own (sorted
-/// within the rows that agree on the columns before). A key with no such
-/// row goes before the first greater one. So only the pages near memtable
-/// keys are read, a column at a time, instead of every key column of
-/// every row of their groups.
-async fn locate(table: &TableInner, seg: &Arc<Segment>, keys: &[Vec<u8>]) -> Result<Option<(Vec<u64>, Vec<bool>)>> {
-    let n = keys.len();
-    let mut pos = vec![0u64; n];
-    let mut found = vec![false; n];
-    if n == 0 {
-        return Ok(Some((pos, found)));
-    }
-    let md = seg.reader_metadata().await?.metadata().clone();
-    // The keys each row group's bounds hold; keys between groups go before
-    // the next group's first row, keys past the last group after the last
-    // row.
-    let mut in_group: Vec<(usize, u64, std::ops::Range<usize>)> = Vec::new();
-    let mut start = 0u64;
-    let mut j = 0;
-    for rg in 0..md.num_row_groups() {
-        let Some((lo, hi)) = seg.row_group_key_range(&md, rg) else {
-            return Ok(None);
-        };
-        while j < n && keys[j].as_slice() < lo {
-            pos[j] = start;
-            j += 1;
-        }
-        let first = j;
-        while j < n && keys[j].as_slice() <= hi {
-            j += 1;
-        }
-        if j > first {
-            in_group.push((rg, start, first..j));
-        }
-        start += md.row_group(rg).num_rows() as u64;
-    }
-    for p in &mut pos[j..] {
-        *p = start;
-    }
-    // Each key starts with the rows of its `__pk` page.
-    let mut open: Vec<Candidates> = Vec::new();
-    for (rg, first_row, ks) in in_group {
-        for key in ks {
-            let rows = seg.key_page_rows(&md, rg, &keys[key]);
-            let rows = first_row + rows.start as u64..first_row + rows.end as u64;
-            if rows.is_empty() {
-                pos[key] = rows.start;
-            } else {
-                open.push(Candidates {
-                    key,
-                    values: Vec::new(),
-                    rows,
-                    row_group: (rg, first_row),
-                });
-            }
-        }
-    }
-    if open.is_empty() {
-        return Ok(Some((pos, found)));
-    }
-    let pk = &table.schema.primary_key;
-    let pk_types = table.schema.pk_types();
-    for cand in &mut open {
-        cand.values = crate::model::key::decode_key(&keys[cand.key], &pk_types)?;
-    }
-    let paths = seg.leaf_paths().await?;
-    let path = &seg.meta.path;
-    for (c, col) in pk.iter().enumerate() {
-        if open.is_empty() {
-            break;
-        }
-        let last = c + 1 == pk.len();
-        let leaf = paths
-            .iter()
-            .position(|p| p.len() == 1 && p[0] == col.name)
-            .ok_or_else(|| Error::corruption(format!("segment {path}: no primary-key column '{}'", col.name)))?;
-        // The rows some key could still be: each key's rows, merged.
-        let mut runs: Vec<(std::ops::Range<u64>, (usize, u64))> = Vec::new();
-        for o in &open {
-            match runs.last_mut() {
-                Some((r, g)) if *g == o.row_group && o.rows.start <= r.end => r.end = r.end.max(o.rows.end),
-                _ => runs.push((o.rows.clone(), o.row_group)),
-            }
-        }
-        let spans: Vec<RowSpan> = runs
-            .iter()
-            .map(|(r, (rg, first_row))| RowSpan {
-                row_group: *rg,
-                rows: (r.start - first_row) as usize..(r.end - first_row) as usize,
-                inside: true,
-            })
-            .collect();
-        let mut values = RunReader {
-            stream: seg.stream_rows(&spans, vec![leaf], BATCH_ROWS).await?,
-            held: Vec::new(),
-            path,
-        };
-        let mut pending = std::mem::take(&mut open).into_iter().peekable();
-        for (run, _) in &runs {
-            let array = values.take((run.end - run.start) as usize).await?;
-            let column = TypedKey::new(&array, col.pk_type, path)?;
-            while let Some(cand) = pending.next_if(|o| o.rows.start < run.end) {
-                let v = &cand.values[c];
-                let (a, b) = (
-                    (cand.rows.start - run.start) as usize,
-                    (cand.rows.end - run.start) as usize,
-                );
-                let lo = a + partition(b - a, |r| column.row_vs(a + r, v).is_lt());
-                let hi = lo + partition(b - lo, |r| column.row_vs(lo + r, v).is_le());
-                if lo == hi || last {
-                    pos[cand.key] = run.start + lo as u64;
-                    found[cand.key] = lo < hi;
-                } else {
-                    let rows = run.start + lo as u64..run.start + hi as u64;
-                    open.push(Candidates { rows, ..cand });
-                }
-            }
-        }
-        if pending.next().is_some() {
-            return Err(Error::corruption(format!("segment {path}: key rows ended early")));
-        }
-    }
-    Ok(Some((pos, found)))
-}
-
-/// A key being placed, with the segment rows it still could be.
-struct Candidates {
-    /// Index into the keys being placed.
-    key: usize,
-    /// The key's primary-key values.
-    values: Vec<crate::model::types::PkValue>,
-    /// Segment rows (within one row group) that agree with the key on the
-    /// columns compared so far.
-    rows: std::ops::Range<u64>,
-    /// That row group and its first segment row.
-    row_group: (usize, u64),
-}
-
-/// A one-column stream of segment rows handed out in runs of given
-/// lengths, each as one array (sliced from a batch, or concatenated when
-/// a run spans batches).
-struct RunReader<'p> {
-    stream: crate::segment::SegmentBatchStream,
-    /// Rows read but not handed out yet.
-    held: Vec<ArrayRef>,
-    path: &'p str,
-}
-
-impl RunReader<'_> {
-    async fn take(&mut self, n: usize) -> Result<ArrayRef> {
-        while self.held.iter().map(|a| a.len()).sum::<usize>() < n {
-            let Some(batch) = self.stream.next().await else {
-                return Err(Error::corruption(format!(
-                    "segment {}: fewer rows than its row groups list",
-                    self.path
-                )));
-            };
-            let batch = batch.map_err(|e| crate::segment::read_error(self.path, e))?;
-            self.held.push(batch.column(0).clone());
-        }
-        let all = match self.held.as_slice() {
-            [one] => one.clone(),
-            many => arrow::compute::concat(&many.iter().map(|a| a.as_ref()).collect::<Vec<_>>())?,
-        };
-        let rest = all.len() - n;
-        self.held.clear();
-        if rest > 0 {
-            self.held.push(all.slice(n, rest));
-        }
-        Ok(all.slice(0, n))
-    }
-}
-
 /// Maps the rows a stream over some [`RowSpan`]s returns to segment rows
 /// (row numbers across all row groups).
 #[derive(Default)]
@@ -713,6 +881,110 @@ impl RowCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::Int64Type;
+
+    /// A run of keys `k{n:03}` placed at `n` (found when even), each row
+    /// holding `v`.
+    fn run(keys: &[(u64, i64)]) -> Run {
+        let rows = RecordBatch::try_from_iter([(
+            "v",
+            Arc::new(Int64Array::from_iter_values(keys.iter().map(|k| k.1))) as ArrayRef,
+        )])
+        .unwrap();
+        Run {
+            keys: keys
+                .iter()
+                .map(|k| Arc::from(format!("k{:03}", k.0).into_bytes()))
+                .collect(),
+            pos: keys.iter().map(|k| k.0).collect(),
+            found: keys.iter().map(|k| k.0 % 2 == 0).collect(),
+            partial: keys.iter().map(|k| k.0 % 3 == 0).collect(),
+            rows,
+        }
+    }
+
+    fn values(span: &OverlaySpan) -> Vec<i64> {
+        let b = span.gather(|r| Ok(r.clone())).unwrap();
+        b.column(0).as_primitive::<Int64Type>().values().to_vec()
+    }
+
+    /// Random extensions (keys written again among them), settled as
+    /// builds settle them: the merged span of every range equals the
+    /// newest row of each key, whatever the runs, and the run count stays
+    /// bounded.
+    #[test]
+    fn runs_merge_to_the_newest_row_of_each_key() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..200u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut model = std::collections::BTreeMap::new();
+            let mut ov = Overlay {
+                built_at: 0,
+                columns: Vec::new(),
+                runs: vec![Arc::new(run(&[]))],
+            };
+            for step in 0..rng.random_range(1..40) {
+                let most = if rng.random_bool(0.2) { 60 } else { 8 };
+                let n = rng.random_range(0..most);
+                let mut keys: Vec<u64> = (0..n).map(|_| rng.random_range(0..100)).collect();
+                keys.sort_unstable();
+                keys.dedup();
+                let entries: Vec<(u64, i64)> = keys.iter().map(|&k| (k, step * 1000 + k as i64)).collect();
+                for &(k, v) in &entries {
+                    model.insert(k, v);
+                }
+                if !entries.is_empty() {
+                    ov.runs.push(Arc::new(run(&entries)));
+                    settle(&mut ov.runs, Merge::Settle).unwrap();
+                }
+                assert!(ov.runs.len() <= MAX_RUNS, "seed {seed}: {:?}", ov.run_lengths());
+                let lo = rng.random_range(0..100u64);
+                let hi = rng.random_range(lo..=100u64);
+                let range = KeyRange {
+                    lo: format!("k{lo:03}").into_bytes(),
+                    hi: (hi < 100).then(|| format!("k{hi:03}").into_bytes()),
+                };
+                let span = ov.span(&range);
+                let want: Vec<(u64, i64)> = model
+                    .range(lo..if hi < 100 { hi } else { u64::MAX })
+                    .map(|(k, v)| (*k, *v))
+                    .collect();
+                assert_eq!(
+                    values(&span),
+                    want.iter().map(|w| w.1).collect::<Vec<_>>(),
+                    "seed {seed}"
+                );
+                assert_eq!(span.pos, want.iter().map(|w| w.0).collect::<Vec<_>>(), "seed {seed}");
+                assert_eq!(span.found, want.iter().map(|w| w.0 % 2 == 0).collect::<Vec<_>>());
+                assert_eq!(span.partial, want.iter().map(|w| w.0 % 3 == 0).collect::<Vec<_>>());
+                for &(k, _) in &want {
+                    assert_eq!(ov.placed(format!("k{k:03}").as_bytes()), Some((k, k % 2 == 0)));
+                }
+            }
+        }
+    }
+
+    /// Extensions of equal size are merged as a binary counter: a key's row
+    /// is copied about log2(extensions) times.
+    #[test]
+    fn equal_extensions_settle_like_a_binary_counter() {
+        let mut runs = vec![Arc::new(run(&[]))];
+        for i in 0..7u64 {
+            runs.push(Arc::new(run(&[(i, i as i64)])));
+            settle(&mut runs, Merge::Settle).unwrap();
+        }
+        let lens: Vec<usize> = runs.iter().map(|r| r.keys.len()).collect();
+        assert_eq!(lens, vec![4, 2, 1]);
+        // A scan's extension merges nothing until the runs pass the bound.
+        for i in 10..10 + MAX_RUNS as u64 {
+            runs.push(Arc::new(run(&[(i, i as i64)])));
+            settle(&mut runs, Merge::Bounded).unwrap();
+        }
+        let lens: Vec<usize> = runs.iter().map(|r| r.keys.len()).collect();
+        assert_eq!(lens, vec![4, 2, 1, 1, 1, 1, 1, 4]);
+        assert_eq!(runs.len(), MAX_RUNS);
+    }
 
     #[test]
     fn alone_spans_are_those_no_other_span_overlaps() {

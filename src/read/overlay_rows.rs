@@ -14,39 +14,38 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
 use arrow::compute::kernels::cmp;
 use arrow::datatypes::Int64Type;
 
 use super::arrow::{OutCol, true_bits};
 use super::context::ScanCtx;
-use super::overlay::{Overlay, OverlaySlot, RowCursor};
+use super::overlay::{GAP_MIN_KEYS, Overlay, OverlaySlot, OverlaySpan, RowCursor, Under, gap_holding};
 use super::placement::Placement;
 use super::plan::RowGroupFilter;
 use crate::error::{Error, Result};
 use crate::memtable::Memtable;
 use crate::model::key::KeyRange;
-use crate::segment::Segment;
 use crate::segment::format;
 /// A piece's memtable rows from an [`Overlay`].
 pub(super) struct OverlayRows {
-    pub(super) ov: Arc<Overlay>,
-    /// The piece's keys (overlay indices).
-    pub(super) span: std::ops::Range<usize>,
+    /// The piece's keys, every run of the overlay merged.
+    pub(super) span: OverlaySpan,
     /// The next key not yet placed.
     pub(super) next: usize,
-    /// The piece's overlay rows as output columns (row `i` is key
-    /// `span.start + i`), and which of them are visible and can match.
+    /// The piece's overlay rows as output columns (row `i` is the span's
+    /// key `i`), and which of them are visible and can match.
     pub(super) out: RecordBatch,
     /// Rows with a live cell (after the TTL).
-    pub(super) live: arrow::buffer::BooleanBuffer,
+    pub(super) live: BooleanBuffer,
     /// Rows the scan's row filter does not rule out (on their own values).
-    pub(super) passes: Option<arrow::buffer::BooleanBuffer>,
+    pub(super) passes: Option<BooleanBuffer>,
     /// Live rows the scan's row filter lets through.
-    pub(super) visible: arrow::buffer::BooleanBuffer,
+    pub(super) visible: BooleanBuffer,
     /// Per output column, the rows that hold a cell of it (for partial
     /// keys: which columns come from the patch); `None` for key columns.
-    pub(super) has: Vec<Option<arrow::buffer::BooleanBuffer>>,
+    pub(super) has: Vec<Option<BooleanBuffer>>,
     /// Segment rows of the streamed batches.
     pub(super) cursor: RowCursor,
 }
@@ -61,8 +60,8 @@ pub(super) const OVERLAY_MIN_SHARE: u64 = 4;
 pub(super) async fn overlay_for(
     cx: &ScanCtx,
     mem: &Arc<Memtable>,
-    seg: &Arc<Segment>,
-    piece_rows: u64,
+    under: &Under,
+    worth_building: bool,
 ) -> Result<Option<Arc<Overlay>>> {
     // The overlay of the memtable's writes this snapshot sees. Writes that
     // came after the snapshot (a writer running beside the scan) are left
@@ -71,8 +70,7 @@ pub(super) async fn overlay_for(
     if at == 0 {
         return Ok(None);
     }
-    let slot = mem.attachment::<OverlaySlot>(&seg.meta.path);
-    let worth_building = piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows;
+    let slot = mem.attachment::<OverlaySlot>(&under.slot_name());
     let held = match slot.clone().try_lock_owned() {
         Ok(held) => held,
         // Another partition is building it. A piece too small to build one
@@ -91,21 +89,54 @@ pub(super) async fn overlay_for(
     if !worth_building {
         return Ok(None);
     }
-    super::overlay::build_in_slot(&cx.table, mem, seg, at, held).await
+    super::overlay::build_in_slot(&cx.table, mem, under, at, held, super::overlay::Merge::Bounded).await
+}
+
+/// The rows of a piece no segment overlaps, from the overlay of its gap
+/// over the one memtable with keys in it, when there is one for the
+/// scan's snapshot or the piece is worth building it for; `None` leaves
+/// the piece to a row-by-row merge.
+pub(super) async fn gap_rows(cx: &ScanCtx, range: &KeyRange) -> Result<Option<OverlayRows>> {
+    let Some(gap) = gap_holding(&cx.snap.segments, range) else {
+        return Ok(None);
+    };
+    let with_keys: Vec<_> = cx.snap.memtables.iter().filter(|m| m.has_key_in(range)).collect();
+    let [mem] = with_keys.as_slice() else {
+        return Ok(None);
+    };
+    let worth_building = mem.key_count_in(range, GAP_MIN_KEYS) >= GAP_MIN_KEYS;
+    if worth_building {
+        cx.table
+            .wide_scan_ms
+            .store(crate::state::monotonic_ms(), std::sync::atomic::Ordering::Relaxed);
+    }
+    let Some(ov) = overlay_for(cx, mem, &Under::Gap(gap), worth_building).await? else {
+        return Ok(None);
+    };
+    Ok(Some(OverlayRows::new(cx, ov, range)?))
 }
 
 impl OverlayRows {
     /// The overlay's rows of `range`; the cursor over the streamed rows is
     /// set once the rows to stream are known.
     pub(super) fn new(cx: &ScanCtx, ov: Arc<Overlay>, range: &KeyRange) -> Result<Self> {
-        let span = ov.key_span(range);
-        let rows = ov.rows.slice(span.start, span.len());
+        let span = ov.span(range);
+        let out = span.gather(|rows| cx.output(rows, "memtable", "overlay"))?;
         let corrupt = |what: &str| Error::corruption(format!("memtable overlay: {what}"));
-        let out = cx.output(&rows, "memtable", "overlay")?;
-        let max_ts = rows
-            .column_by_name(format::MAX_TS)
-            .and_then(|a| a.as_primitive_opt::<Int64Type>())
-            .ok_or_else(|| corrupt("no __max_ts"))?;
+        let max_ts = span.gather(|rows| {
+            let m = rows
+                .column_by_name(format::MAX_TS)
+                .ok_or_else(|| corrupt("no __max_ts"))?;
+            Ok(RecordBatch::try_from_iter_with_nullable([(
+                format::MAX_TS,
+                m.clone(),
+                true,
+            )])?)
+        })?;
+        let max_ts = max_ts
+            .column(0)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| corrupt("__max_ts is not a timestamp"))?;
         let live = true_bits(&cmp::gt_eq(max_ts, &Int64Array::new_scalar(cx.cutoff))?);
         let passes = match &cx.row_filter {
             Some(f) => Some(f.matches(&out)?),
@@ -120,12 +151,11 @@ impl OverlayRows {
             .iter()
             .map(|c| match c {
                 OutCol::Pk(_) => None,
-                OutCol::Attr { name, .. } => Some(cells_of(&rows, name)),
+                OutCol::Attr { name, .. } => Some(span.gather_bits(|rows| cells_of(rows, name))),
             })
             .collect();
         Ok(OverlayRows {
-            next: span.start,
-            ov,
+            next: 0,
             span,
             out,
             live,
@@ -150,22 +180,20 @@ impl OverlayRows {
     ) -> Vec<usize> {
         let group_cols = filter.columns();
         let row_cols = cx.row_filter.as_ref().and_then(|f| f.columns());
-        let rows = self.ov.rows.slice(self.span.start, self.span.len());
-        let cells: std::collections::HashMap<&str, arrow::buffer::BooleanBuffer> = group_cols
+        let cells: std::collections::HashMap<&str, BooleanBuffer> = group_cols
             .iter()
             .chain(row_cols.iter())
             .flatten()
-            .map(|c| (c.as_str(), cells_of(&rows, c)))
+            .map(|c| (c.as_str(), self.span.gather_bits(|rows| cells_of(rows, c))))
             .collect();
         // Whether row `r` holds a cell of column `name`.
         let cell = |name: &str, r: usize| cells.get(name).is_some_and(|b| b.value(r));
         let starts = super::overlay::group_starts(md);
         let mut out: Vec<usize> = Vec::new();
-        for j in self.span.clone() {
-            if !self.ov.partial[j] {
+        for r in 0..self.span.len() {
+            if !self.span.partial[r] {
                 continue;
             }
-            let r = j - self.span.start;
             let touches = match &group_cols {
                 Some(cols) => cols.iter().any(|c| cell(c, r)),
                 None => true,
@@ -178,7 +206,7 @@ impl OverlayRows {
                 !passes.value(r) && row_cols.iter().all(covered) && group_cols.iter().all(covered)
             };
             if touches && !ruled_out() {
-                let g = starts.partition_point(|s| *s <= self.ov.pos[j]).saturating_sub(1);
+                let g = starts.partition_point(|s| *s <= self.span.pos[r]).saturating_sub(1);
                 if out.last() != Some(&g) {
                     out.push(g);
                 }
@@ -201,14 +229,13 @@ impl OverlayRows {
         let mut inserts = Vec::new();
         for (b0, g0, len) in self.cursor.advance(n) {
             let end = g0 + len as u64;
-            while self.next < self.span.end && self.ov.pos[self.next] < end {
-                let j = self.next;
-                let p = self.ov.pos[j];
+            while self.next < self.span.len() && self.span.pos[self.next] < end {
+                let row = self.next;
+                let p = self.span.pos[row];
                 let at = b0 + p.saturating_sub(g0) as usize;
-                let row = j - self.span.start;
                 self.next += 1;
-                if self.ov.partial[j] {
-                    if !self.ov.found[j] {
+                if self.span.partial[row] {
+                    if !self.span.found[row] {
                         return Err(Error::corruption(
                             "memtable overlay: an update laid over no segment row",
                         ));
@@ -226,7 +253,7 @@ impl OverlayRows {
                     }
                     continue;
                 }
-                if self.ov.found[j] && p >= g0 {
+                if self.span.found[row] && p >= g0 {
                     keep.get_or_insert_with(|| Placement::new(keep_src))
                         .keep
                         .set_bit(at, false);
@@ -239,15 +266,15 @@ impl OverlayRows {
         Ok(inserts)
     }
 
-    /// The visible rows of the keys not placed yet (they sort after every
-    /// streamed row), and marks them placed.
-    pub(super) fn rest(&mut self) -> Result<Option<RecordBatch>> {
-        if self.next >= self.span.end {
+    /// The visible rows of up to `max` keys not placed yet (they sort
+    /// after every streamed row), and marks them placed.
+    pub(super) fn rest(&mut self, max: usize) -> Result<Option<RecordBatch>> {
+        if self.next >= self.span.len() {
             return Ok(None);
         }
-        let from = self.next - self.span.start;
-        let len = self.span.end - self.next;
-        self.next = self.span.end;
+        let from = self.next;
+        let len = (self.span.len() - self.next).min(max);
+        self.next += len;
         let mask = BooleanArray::new(self.visible.slice(from, len), None);
         Ok(Some(filter_record_batch(&self.out.slice(from, len), &mask)?))
     }
@@ -255,7 +282,7 @@ impl OverlayRows {
 
 /// The overlay rows (segment layout) that hold a cell of column `name`:
 /// none when they lack the column (a key column, or one no key wrote).
-fn cells_of(rows: &RecordBatch, name: &str) -> arrow::buffer::BooleanBuffer {
+fn cells_of(rows: &RecordBatch, name: &str) -> BooleanBuffer {
     let ts = rows
         .column_by_name(name)
         .and_then(|a| a.as_struct_opt())
@@ -263,7 +290,7 @@ fn cells_of(rows: &RecordBatch, name: &str) -> arrow::buffer::BooleanBuffer {
     match ts {
         Some(ts) => ts
             .logical_nulls()
-            .map_or_else(|| arrow::buffer::BooleanBuffer::new_set(ts.len()), |n| n.into_inner()),
-        None => arrow::buffer::BooleanBuffer::new_unset(rows.num_rows()),
+            .map_or_else(|| BooleanBuffer::new_set(ts.len()), |n| n.into_inner()),
+        None => BooleanBuffer::new_unset(rows.num_rows()),
     }
 }

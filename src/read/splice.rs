@@ -23,7 +23,7 @@ use futures::StreamExt;
 use super::arrow::{BATCH_ROWS, OutCol, RowKeys};
 use super::context::{RowsBuilder, ScanCtx};
 use super::merge_scan::MergeScan;
-use super::overlay::RowCursor;
+use super::overlay::{RowCursor, Under};
 use super::overlay_rows::{OVERLAY_MIN_SHARE, OverlayRows, overlay_for};
 use super::placement::Placement;
 use super::plan::{RowGroupFilter, SegmentStats, intersect_ranges};
@@ -137,7 +137,10 @@ impl SingleReader {
                 .store(crate::state::monotonic_ms(), Ordering::Relaxed);
         }
         let overlay = match with_keys.as_slice() {
-            [one] => overlay_for(cx, one, &seg, piece_rows).await?,
+            [one] => {
+                let worth_building = piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows;
+                overlay_for(cx, one, &Under::Segment(seg.clone()), worth_building).await?
+            }
             _ => None,
         };
         let has_mem = !with_keys.is_empty() && overlay.is_none();
@@ -327,7 +330,7 @@ impl SingleReader {
                 None => {
                     self.stream = None;
                     if let Some(ov) = self.overlay.as_mut() {
-                        return ov.rest();
+                        return ov.rest(usize::MAX);
                     }
                     // Memtable keys past the segment's last row.
                     let mut rows = cx.rows();

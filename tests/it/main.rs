@@ -16,6 +16,7 @@ mod export;
 mod faults;
 mod filters;
 mod fuzz_corpus;
+mod gap_overlays;
 mod golden;
 mod limits;
 mod model;

@@ -513,7 +513,7 @@ async fn memtable_overlays_place_writes_by_position() {
 
 /// SQL against the row API on a full scan, a key range with a value
 /// filter, and a filtered count.
-async fn overlay_check(sess: &SqlSession, t: &Table, what: &str) {
+pub(crate) async fn overlay_check(sess: &SqlSession, t: &Table, what: &str) {
     let cols = ["x", "s"];
     let all = scan_all(t, GetRange::new()).await;
     let q = "SELECT card, \"order\", x, s FROM t ORDER BY card, \"order\"";
@@ -548,7 +548,7 @@ async fn grouped_table(rows: i64) -> (tempfile::TempDir, Arc<ManualClock>, Datab
 
 /// Rows `(card, order)` (ascending) with `x = card`, `s = "v{card:05}"`,
 /// compacted into one segment of 64-row groups (pages of 16 rows).
-async fn grouped_table_of(
+pub(crate) async fn grouped_table_of(
     keys: impl Iterator<Item = (i64, String)>,
 ) -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
     let dir = tempfile::tempdir().unwrap();

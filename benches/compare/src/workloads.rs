@@ -381,6 +381,9 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
         }));
         // R: the GROUP BY right after each of 3 bursts of writes.
         let burst = sizes.burst;
+        if std::env::var_os("COMPARE_TRACE").is_some() {
+            eprintln!("phase {name} R at {:?}", std::time::SystemTime::now());
+        }
         let fresh = DataSet::new(data.seed ^ 0xB0B, data.rows * 2 + burst as u64 * 3);
         let mut lat = Vec::new();
         let w0 = bytes_written();
@@ -395,6 +398,10 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
             let t = Instant::now();
             e.sql(&queries[0].1)?;
             lat.push(t.elapsed().as_secs_f64() * 1e6);
+            if std::env::var_os("COMPARE_TRACE").is_some() {
+                // The monotonic clock, as `perf record -k mono` stamps samples.
+                eprintln!("R query {round} from {t:?} to {:?}: {}", Instant::now(), e.trace());
+            }
         }
         let t = Timed {
             ops: 3,

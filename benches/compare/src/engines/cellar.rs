@@ -181,4 +181,19 @@ impl Engine for CellarEngine {
     fn settle(&self) -> Result<()> {
         self.rt.block_on(self.table().compact()).map_err(err)
     }
+
+    fn trace(&self) -> String {
+        let s = self.table().stats();
+        format!(
+            "segments {} runs {} memtable {} B frozen {} flushes {} compactions {} overlay builds {} extensions {}",
+            s.segments,
+            s.runs,
+            s.memtable_bytes,
+            s.frozen_memtables,
+            s.flushes,
+            s.compactions,
+            s.scan_overlay_builds,
+            s.scan_overlay_extensions
+        )
+    }
 }

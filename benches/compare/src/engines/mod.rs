@@ -64,6 +64,11 @@ pub trait Engine: Send + Sync {
     /// form, as its own docs suggest before heavy reads (a flush and
     /// compaction, a checkpoint); not timed as part of any workload.
     fn settle(&self) -> Result<()>;
+    /// The engine's own account of its state, for tracing runs
+    /// (`COMPARE_TRACE`); empty where it has none.
+    fn trace(&self) -> String {
+        String::new()
+    }
 }
 
 /// The engines this build has, by name.
