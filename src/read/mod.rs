@@ -24,6 +24,7 @@ mod overlay;
 mod overlay_rows;
 mod placement;
 mod plan;
+mod runs;
 mod splice;
 
 pub(crate) use self::arrow::{BATCH_ROWS, ColBuilder, OutCol, arrow_type, pk_value_type, true_bits};

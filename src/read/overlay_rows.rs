@@ -21,9 +21,10 @@ use arrow::datatypes::Int64Type;
 
 use super::arrow::{OutCol, true_bits};
 use super::context::ScanCtx;
-use super::overlay::{GAP_MIN_KEYS, Overlay, OverlaySlot, OverlaySpan, RowCursor, Under, gap_holding};
+use super::overlay::{GAP_MIN_KEYS, Overlay, OverlaySlot, RowCursor, Under, gap_holding};
 use super::placement::Placement;
 use super::plan::RowGroupFilter;
+use super::runs::OverlaySpan;
 use crate::error::{Error, Result};
 use crate::memtable::Memtable;
 use crate::model::key::KeyRange;
@@ -89,7 +90,7 @@ pub(super) async fn overlay_for(
     if !worth_building {
         return Ok(None);
     }
-    super::overlay::build_in_slot(&cx.table, mem, under, at, held, super::overlay::Merge::Bounded).await
+    super::overlay::build_in_slot(&cx.table, mem, under, at, held).await
 }
 
 /// The rows of a piece no segment overlaps, from the overlay of its gap
