@@ -343,18 +343,7 @@ impl Memtable {
 
     /// True when some key lies in `range` (any sequence).
     pub fn has_key_in(&self, range: &KeyRange) -> bool {
-        if range.is_empty() {
-            return false;
-        }
-        let map = self.map.read();
-        let hi = match &range.hi {
-            Some(h) => Bound::Excluded(h.as_slice()),
-            None => Bound::Unbounded,
-        };
-        map.keys
-            .range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
-            .next()
-            .is_some()
+        self.key_count_in(range, 1) > 0
     }
 
     /// The keys in `range` (any sequence), counted up to `cap`.
