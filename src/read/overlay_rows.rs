@@ -124,18 +124,12 @@ impl OverlayRows {
         let span = ov.span(range);
         let out = span.gather(|rows| cx.output(rows, "memtable", "overlay"))?;
         let corrupt = |what: &str| Error::corruption(format!("memtable overlay: {what}"));
-        let max_ts = span.gather(|rows| {
-            let m = rows
-                .column_by_name(format::MAX_TS)
-                .ok_or_else(|| corrupt("no __max_ts"))?;
-            Ok(RecordBatch::try_from_iter_with_nullable([(
-                format::MAX_TS,
-                m.clone(),
-                true,
-            )])?)
+        let max_ts = span.gather_array(|rows| {
+            rows.column_by_name(format::MAX_TS)
+                .cloned()
+                .ok_or_else(|| corrupt("no __max_ts"))
         })?;
         let max_ts = max_ts
-            .column(0)
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| corrupt("__max_ts is not a timestamp"))?;
         let live = true_bits(&cmp::gt_eq(max_ts, &Int64Array::new_scalar(cx.cutoff))?);

@@ -170,6 +170,17 @@ impl OverlaySpan {
         )?)
     }
 
+    /// The array `f` takes from each part's rows, gathered into key order
+    /// (`f` must give every part the same type).
+    pub fn gather_array(&self, f: impl Fn(&RecordBatch) -> Result<ArrayRef>) -> Result<ArrayRef> {
+        let Some(order) = &self.order else {
+            return f(&self.parts[0]);
+        };
+        let outs = self.parts.iter().map(f).collect::<Result<Vec<_>>>()?;
+        let values: Vec<&dyn arrow::array::Array> = outs.iter().map(|a| a.as_ref()).collect();
+        Ok(arrow::compute::interleave(&values, order)?)
+    }
+
     /// Per-row bits `f` gives each part, gathered into key order.
     pub fn gather_bits(&self, f: impl Fn(&RecordBatch) -> BooleanBuffer) -> BooleanBuffer {
         let Some(order) = &self.order else {
