@@ -87,6 +87,7 @@ impl Database {
                 page_bytes: options.page_bytes,
                 numeric_dictionary_bytes: options.numeric_dictionary_bytes,
                 cells: options.row_cells,
+                relative_versions: options.relative_versions,
                 value_zstd: None,
                 value_page_bytes: options.compacted_page_bytes,
                 value_lz4: options.value_compression == crate::options::ValueCompression::Lz4,

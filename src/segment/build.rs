@@ -39,6 +39,9 @@ pub(crate) struct SegmentWriteOptions {
     pub numeric_dictionary_bytes: usize,
     /// Write `__cells` (see `cells`). Defaults to true.
     pub cells: bool,
+    /// Store versions relative to their key's newest (`versions`).
+    /// Defaults to true.
+    pub relative_versions: bool,
     /// The value and system leaves (every leaf but `__pk`, the typed key
     /// columns and `__cells`): ZSTD at this level with pages cut past
     /// `value_page_bytes`, or (None, the default) as `value_lz4` says with
@@ -61,6 +64,7 @@ impl Default for SegmentWriteOptions {
             page_bytes: 2 << 10,
             numeric_dictionary_bytes: 8 << 10,
             cells: true,
+            relative_versions: true,
             value_zstd: None,
             value_page_bytes: 64 << 10,
             value_lz4: false,
@@ -302,12 +306,19 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     /// Writes whole keys in the layout, with their `__cells` added.
     fn write_rows(&mut self, batch: &RecordBatch) -> Result<()> {
         self.note_nans(batch);
+        // Versions relative to their key's newest (`versions`), once
+        // `__cells` is computed from the batch as the layout has it.
+        let stored = if self.opts.relative_versions {
+            super::versions::to_relative(batch)?
+        } else {
+            batch.clone()
+        };
         if !self.opts.cells {
-            self.writer(batch)?.write(batch)?;
+            self.writer(batch)?.write(&stored)?;
             return Ok(());
         }
         let cells = super::cells::encode_cells(batch)?;
-        let mut columns = batch.columns().to_vec();
+        let mut columns = stored.columns().to_vec();
         columns.push(cells);
         let file = RecordBatch::try_new(self.file_schema.clone(), columns)?;
         self.writer(batch)?.write(&file)?;
@@ -398,6 +409,12 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         writer.sync().map_err(|e| Error::io("write a segment", e))?;
         let table = writer.inner_mut().end_data();
         writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(checksum::KEY.to_string(), table));
+        if self.opts.relative_versions {
+            writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
+                super::versions::KEY.to_string(),
+                super::versions::FROM_MAX_TS.to_string(),
+            ));
+        }
         let nans: Vec<&String> = self.nan_columns.iter().collect();
         writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
             format::NAN_COLUMNS.to_string(),

@@ -297,6 +297,7 @@ pub(crate) fn verify_cells(path: &str, bytes: bytes::Bytes) -> Result<()> {
             return Ok(());
         }
         let names = attribute_names(builder.parquet_schema());
+        let relative = super::versions::relative(builder.metadata());
         let reader = builder.with_batch_size(8192).build().map_err(|e| bad(&e))?;
         let mut columns: Vec<(Vec<u8>, RowState)> = Vec::new();
         let mut cells: Vec<RowState> = Vec::new();
@@ -320,7 +321,10 @@ pub(crate) fn verify_cells(path: &str, bytes: bytes::Bytes) -> Result<()> {
             Ok(())
         };
         for batch in reader {
-            let batch = batch.map_err(|e| bad(&e))?;
+            let mut batch = batch.map_err(|e| bad(&e))?;
+            if relative {
+                batch = super::versions::to_absolute(&batch).map_err(|e| bad(&e.message()))?;
+            }
             super::decode_batch(&batch, &crate::model::key::KeyRange::all(), &mut columns)
                 .map_err(|e| bad(&e.message()))?;
             let col = batch

@@ -23,6 +23,7 @@ mod prefetch;
 mod reader;
 pub(crate) mod residency;
 mod scan;
+mod versions;
 
 pub(crate) use build::{SegmentBuilder, SegmentWriteOptions};
 pub(crate) use cells::verify_cells;
@@ -30,7 +31,8 @@ pub(crate) use checksum::verify_file;
 pub(crate) use encode::{RowEncoder, encode_states};
 pub(crate) use point::partition;
 pub(crate) use reader::view_type;
-pub(crate) use scan::{RowSpan, SegmentBatchStream, SegmentCursor, decode_batch, pages_overlapping};
+pub(crate) use scan::{RowSpan, SegmentCursor, decode_batch, pages_overlapping};
+pub(crate) use versions::SegmentBatchStream;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

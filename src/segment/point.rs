@@ -166,6 +166,7 @@ impl RowGroupFile<'_> {
     pub fn key_state(&self, rows: Range<usize>, columns: Option<&[String]>) -> Result<RowState> {
         let descr = self.md.file_metadata().schema_descr();
         let mut system = [None; 4];
+        let mut max_ts = None;
         let mut attrs: Vec<AttrLeaves> = Vec::new();
         for leaf in 0..descr.num_columns() {
             let col = descr.column(leaf);
@@ -176,6 +177,9 @@ impl RowGroupFile<'_> {
                         .position(|s| s == name);
                     if let Some(i) = slot {
                         system[i] = Some(leaf);
+                    }
+                    if name == format::MAX_TS {
+                        max_ts = Some(leaf);
                     }
                 }
                 [name, child] if !name.starts_with("__") => {
@@ -218,6 +222,12 @@ impl RowGroupFile<'_> {
         if let Some(t) = self.one::<ByteArrayType>(tomb, r)? {
             decode_tombstones(t.data(), &mut st)?;
         }
+        // Versions relative to the key's newest (`super::versions`).
+        let base = match (super::versions::relative(self.md), max_ts) {
+            (false, _) => None,
+            (true, Some(leaf)) => Some(self.one::<Int64Type>(leaf, r)?.unwrap_or(0)),
+            (true, None) => return Err(self.err("relative versions without __max_ts")),
+        };
         for attr in attrs {
             let name = attr.name;
             let ts_leaf = attr
@@ -237,6 +247,7 @@ impl RowGroupFile<'_> {
             // then exactly one value child is.
             for (ts, v) in ts.into_iter().zip(values) {
                 if let (Some(ts), Some(v)) = (ts, v) {
+                    let ts = base.map_or(ts, |b| b.wrapping_sub(ts));
                     st.columns.entry(name.clone()).or_default().versions.push((ts, v));
                 }
             }

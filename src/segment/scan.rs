@@ -28,7 +28,8 @@ use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
 use super::pages::{CellsCursor, GroupPages, KeyCells, first_page_reaching, pk_page_index};
 use super::point::{RowGroupFile, cells_leaf, partition};
-use super::reader::{MappedRange, SegmentFileReader, pk_bounds, row_group_overlaps};
+use super::reader::{MappedRange, pk_bounds, row_group_overlaps};
+use super::versions::{self, SegmentBatchStream};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
 use crate::model::row::RowState;
@@ -209,9 +210,6 @@ pub(crate) fn pages_overlapping(md: &ParquetMetaData, leaves: &[usize], spans: &
     count
 }
 
-/// A columnar stream of segment rows (Parquet batches as stored).
-pub(crate) type SegmentBatchStream = parquet::arrow::async_reader::ParquetRecordBatchStream<SegmentFileReader>;
-
 impl Segment {
     /// The rows that can hold keys of `range`, row group by row group
     /// (pruned by row-group statistics and the `__pk` page index).
@@ -253,8 +251,13 @@ impl Segment {
     /// `Some(Some(v))` no version is above `v`, `Some(None)` the group
     /// holds no version of the column (or the segment no such column),
     /// `None` unknown (no statistics).
+    /// In a file with relative versions (`versions`), the bound of a
+    /// column that has a version is the group's newest `__max_ts`.
     pub fn newest_versions(md: &ParquetMetaData, columns: &[&str]) -> Vec<Vec<Option<Option<i64>>>> {
         let descr = md.file_metadata().schema_descr();
+        let newest_of_keys = versions::relative(md)
+            .then(|| (0..descr.num_columns()).find(|&i| descr.column(i).path().parts() == [format::MAX_TS]))
+            .map(|leaf| leaf.ok_or(()));
         let leaves: Vec<Option<usize>> = columns
             .iter()
             .map(|name| {
@@ -275,6 +278,18 @@ impl Segment {
                             return Some(None);
                         };
                         let chunk = group.column(*leaf);
+                        if let Some(max_ts) = &newest_of_keys {
+                            // Relative versions: whether the group holds one
+                            // from the leaf, how new from `__max_ts`.
+                            if chunk.statistics()?.null_count_opt() == Some(chunk.num_values() as u64) {
+                                return Some(None);
+                            }
+                            let max_ts = group.column(*max_ts.as_ref().ok()?);
+                            return match max_ts.statistics()? {
+                                parquet::file::statistics::Statistics::Int64(s) => s.max_opt().map(|m| Some(*m)),
+                                _ => None,
+                            };
+                        }
                         match chunk.statistics()? {
                             parquet::file::statistics::Statistics::Int64(s) => match s.max_opt() {
                                 Some(max) => Some(Some(*max)),
@@ -308,10 +323,12 @@ impl Segment {
     /// 10M-row load. Copied buffers are freed row group by row group.
     pub async fn stream_all(self: &Arc<Self>, batch_rows: usize) -> Result<SegmentBatchStream> {
         let meta = self.reader_metadata().await?.clone();
-        ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(false), meta)
+        let relative = versions::relative(meta.metadata());
+        let inner = ParquetRecordBatchStreamBuilder::new_with_metadata(self.object_reader(false), meta)
             .with_batch_size(batch_rows)
             .build()
-            .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+            .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))?;
+        Ok(SegmentBatchStream::new(inner, relative.then(Vec::new)))
     }
 
     /// Streams the given rows with only the given leaf columns, strings
@@ -325,6 +342,12 @@ impl Segment {
     ) -> Result<SegmentBatchStream> {
         let meta = self.view_metadata().await?.clone();
         let md = meta.metadata().clone();
+        let (leaves, convert) = if versions::relative(&md) {
+            let (leaves, added) = versions::with_bases(&md, leaves, self.meta.num_rows > self.meta.num_keys);
+            (leaves, Some(added))
+        } else {
+            (leaves, None)
+        };
         let mask = ProjectionMask::leaves(md.file_metadata().schema_descr(), leaves.iter().copied());
         // Consecutive spans may share a row group (ascending, disjoint rows).
         let mut selectors = Vec::new();
@@ -368,13 +391,14 @@ impl Segment {
             })
             .collect();
         let reader = self.object_reader(true).with_prefetch(chunks);
-        ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
+        let inner = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
             .with_row_groups(groups)
             .with_projection(mask)
             .with_row_selection(RowSelection::from(selectors))
             .with_batch_size(batch_rows)
             .build()
-            .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))
+            .map_err(|e| Error::corruption(format!("segment {}: {e}", self.meta.path)))?;
+        Ok(SegmentBatchStream::new(inner, convert))
     }
 }
 
@@ -557,6 +581,7 @@ impl SegmentCursor {
         // A remote file with `__cells` is read through it too: two columns
         // fetched instead of every attribute's.
         let cells = schema.index_of(format::CELLS).ok();
+        let relative = versions::relative(md);
         let wanted: Vec<usize> = schema
             .fields()
             .iter()
@@ -569,8 +594,9 @@ impl SegmentCursor {
                 matches!(
                     name,
                     format::PK | format::SEQ | format::RANK | format::ROW | format::ROW_TS | format::TOMB
-                ) || (matches!(f.data_type(), arrow::datatypes::DataType::Struct(_))
-                    && self.columns.as_ref().is_none_or(|c| c.iter().any(|n| n == name)))
+                ) || (name == format::MAX_TS && relative)
+                    || (matches!(f.data_type(), arrow::datatypes::DataType::Struct(_))
+                        && self.columns.as_ref().is_none_or(|c| c.iter().any(|n| n == name)))
             })
             .map(|(i, _)| i)
             .collect();
@@ -588,7 +614,10 @@ impl SegmentCursor {
             .build()
             .map_err(|e| Error::corruption(format!("segment {}: {e}", self.seg.meta.path)))?;
         while let Some(batch) = stream.next().await {
-            let batch = batch.map_err(|e| super::read_error(&self.seg.meta.path, e))?;
+            let mut batch = batch.map_err(|e| super::read_error(&self.seg.meta.path, e))?;
+            if relative && cells.is_none() {
+                batch = versions::to_absolute(&batch)?;
+            }
             let decoded = match cells {
                 Some(_) => decode_cells_batch(&batch, &self.range, &names, self.columns.as_deref(), out),
                 None => decode_batch(&batch, &self.range, out),

@@ -327,6 +327,9 @@ async fn run(seed: u64, phases: usize, writes: usize) {
         page_bytes: 16,
         compaction_trigger_runs: 2,
         row_cells: cells,
+        // Segments with versions as they are (as earlier releases wrote
+        // them) mix with segments of relative versions, as `__cells` does.
+        relative_versions: cells == (seed % 4 < 2),
         // Odd seeds compact into ZSTD-compressed value columns.
         compaction_zstd_level: (seed % 2 == 1).then_some(3),
         // Mapped segment pages are let go every four reads or so, while

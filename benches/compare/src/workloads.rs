@@ -298,6 +298,10 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
     e.settle()?;
     let on_disk = engines::dir_bytes(dir.path());
     let columns = column_sizes(name, dir.path());
+    if let Some(keep) = std::env::var_os("COMPARE_KEEP") {
+        // For studying the settled files: a copy of them, under DIR/<engine>.
+        copy_dir(dir.path(), &std::path::Path::new(&keep).join(name)).map_err(|e| format!("COMPARE_KEEP: {e}"))?;
+    }
 
     let key = |rng: &mut StdRng| Key::of(&data.record(rng.random_range(0..data.rows)));
     let t = each(&format!("{name} C get"), sizes.reads, sizes.cap, |_| {
@@ -634,4 +638,19 @@ fn load_upserts(e: &dyn Engine, set: &UpsertSet, order: &[u64], name: &str) -> R
         written: bytes_written() - w0,
         stopped_of: None,
     })
+}
+
+/// Copies directory `from` to `to` (created), recursively.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
 }
