@@ -44,9 +44,12 @@ pub struct DbOptions {
     /// that encode small get long pages. Defaults to 2 KiB.
     pub page_bytes: usize,
     /// Integer and double values of a row group are dictionary-encoded while
-    /// their distinct values fit in this many bytes (then plain). A point get
-    /// reads the dictionary whole, so it is kept small; 0 turns it off.
-    /// Defaults to 8 KiB (1024 distinct values).
+    /// their distinct values fit in this many bytes (then integers as
+    /// deltas, doubles plain); 0 turns it off. Point reads of segments
+    /// with `__cells` never read these dictionaries; point reads of
+    /// segments without read them whole. Defaults to 64 KiB (8192
+    /// distinct values; 8 KiB before 2026-11-26: amounts in cents
+    /// took twice the bytes, BENCHMARKS.md "Sizes").
     pub numeric_dictionary_bytes: usize,
     /// Segments written from now on carry `__cells`, each key's whole state
     /// in one row-oriented value, so that a point read or a short range read
@@ -182,7 +185,7 @@ impl Default for DbOptions {
             row_group_rows: 16 * 1024,
             page_rows: 256,
             page_bytes: 2 << 10,
-            numeric_dictionary_bytes: 8 << 10,
+            numeric_dictionary_bytes: 64 << 10,
             row_cells: true,
             relative_versions: true,
             value_compression: ValueCompression::None,

@@ -20,6 +20,7 @@ pub(crate) mod format;
 pub(crate) mod pages;
 mod point;
 mod prefetch;
+mod props;
 mod reader;
 pub(crate) mod residency;
 mod scan;
