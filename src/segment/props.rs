@@ -230,13 +230,15 @@ pub(super) fn writer_properties(
     }
     // Versions, newest versions and sequence numbers: 8-byte integers
     // that sit close together (writes of one period), as deltas. A delta
-    // page is decoded from its start, so its pages are cut at an eighth of
-    // `page_bytes`: about as many values as a plain page holds (at least a
-    // write batch), not the thousands 2 KiB of small deltas would hold.
-    // Under `value_zstd` nothing reads them a value at a time: they take
-    // the value leaves' pages.
+    // page is decoded from its start, so in files without `__cells`, whose
+    // point reads decode these leaves, pages are cut at an eighth of
+    // `page_bytes`: about as many values as a plain page holds, not the
+    // thousands 2 KiB of small deltas would hold. With `__cells` only scans
+    // read them, and they take the value leaves' pages (up to 2048 rows:
+    // 1 MB less in the 1M-row compare table, fewer page headers to scan).
     let delta_page_bytes = match opts.value_zstd {
         Some(_) => value_page_bytes,
+        None if opts.cells => value_page_bytes,
         None => (opts.page_bytes / 8).max(1),
     };
     for path in [ColumnPath::from(format::SEQ), ColumnPath::from(format::MAX_TS)]
