@@ -255,9 +255,9 @@ impl Segment {
     /// column that has a version is the group's newest `__max_ts`.
     pub fn newest_versions(md: &ParquetMetaData, columns: &[&str]) -> Vec<Vec<Option<Option<i64>>>> {
         let descr = md.file_metadata().schema_descr();
-        let newest_of_keys = versions::relative(md)
-            .then(|| (0..descr.num_columns()).find(|&i| descr.column(i).path().parts() == [format::MAX_TS]))
-            .map(|leaf| leaf.ok_or(()));
+        // Files with relative versions: `Some(the leaf of __max_ts)`.
+        let newest_of_keys: Option<Option<usize>> = versions::relative(md)
+            .then(|| (0..descr.num_columns()).find(|&i| descr.column(i).path().parts() == [format::MAX_TS]));
         let leaves: Vec<Option<usize>> = columns
             .iter()
             .map(|name| {
@@ -278,13 +278,13 @@ impl Segment {
                             return Some(None);
                         };
                         let chunk = group.column(*leaf);
-                        if let Some(max_ts) = &newest_of_keys {
+                        if let Some(max_ts) = newest_of_keys {
                             // Relative versions: whether the group holds one
                             // from the leaf, how new from `__max_ts`.
                             if chunk.statistics()?.null_count_opt() == Some(chunk.num_values() as u64) {
                                 return Some(None);
                             }
-                            let max_ts = group.column(*max_ts.as_ref().ok()?);
+                            let max_ts = group.column(max_ts?);
                             return match max_ts.statistics()? {
                                 parquet::file::statistics::Statistics::Int64(s) => s.max_opt().map(|m| Some(*m)),
                                 _ => None,
