@@ -14,61 +14,12 @@ use parquet::arrow::ArrowWriter;
 use super::checksum::{self, ChecksumWriter};
 use super::encode::BatchBuilder;
 use super::format::{self, ROW_DELETED, VALUE_D};
-use super::props;
+use super::props::{self, SegmentWriteOptions};
 use super::{SegmentMeta, hex_encode};
 use crate::error::{Error, Result};
 use crate::model::row::{KeyWrites, PutCells};
 use crate::model::schema::TableSchema;
 use crate::model::types::TypeSet;
-
-/// Layout settings of new segments.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SegmentWriteOptions {
-    /// Rows per Parquet row group (a key's ranks never straddle two).
-    /// Defaults to 16384.
-    pub row_group_rows: usize,
-    /// Rows written to Parquet at a time; where values are sometimes null,
-    /// a page may run up to this many rows past `page_bytes`. Defaults to
-    /// 256.
-    pub page_rows: usize,
-    /// Data pages end past this many encoded bytes. Defaults to 2 KiB.
-    pub page_bytes: usize,
-    /// Dictionary page limit of integer and double values (0: plain).
-    pub numeric_dictionary_bytes: usize,
-    /// Write `__cells` (see `cells`). Defaults to true.
-    pub cells: bool,
-    /// Store versions relative to their key's newest (`versions`).
-    /// Defaults to true.
-    pub relative_versions: bool,
-    /// The value and system leaves (every leaf but `__pk`, the typed key
-    /// columns and `__cells`): ZSTD at this level with pages cut past
-    /// `value_page_bytes`, or (None, the default) as `value_lz4` says with
-    /// pages cut like the rest. Point reads never decode these leaves (they read
-    /// `__pk` and `__cells`); scans do, and memtable keys are placed by
-    /// the key leaves, which stay small and LZ4 either way.
-    pub value_zstd: Option<i32>,
-    /// Page limit of the value and system leaves under `value_zstd`.
-    pub value_page_bytes: usize,
-    /// Without `value_zstd`: LZ4 on the value and system leaves (else
-    /// they are stored as encoded). Defaults to false.
-    pub value_lz4: bool,
-}
-
-impl Default for SegmentWriteOptions {
-    fn default() -> Self {
-        SegmentWriteOptions {
-            row_group_rows: 16 * 1024,
-            page_rows: 256,
-            page_bytes: 2 << 10,
-            numeric_dictionary_bytes: 64 << 10,
-            cells: true,
-            relative_versions: true,
-            value_zstd: None,
-            value_page_bytes: 64 << 10,
-            value_lz4: false,
-        }
-    }
-}
 
 const BATCH_ROWS: usize = 8192;
 

@@ -26,11 +26,12 @@ pub(crate) mod residency;
 mod scan;
 mod versions;
 
-pub(crate) use build::{SegmentBuilder, SegmentWriteOptions};
+pub(crate) use build::SegmentBuilder;
 pub(crate) use cells::verify_cells;
 pub(crate) use checksum::verify_file;
 pub(crate) use encode::{RowEncoder, encode_states};
 pub(crate) use point::partition;
+pub(crate) use props::SegmentWriteOptions;
 pub(crate) use reader::view_type;
 pub(crate) use scan::{RowSpan, SegmentCursor, decode_batch, pages_overlapping};
 pub(crate) use versions::SegmentBatchStream;

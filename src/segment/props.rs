@@ -1,6 +1,7 @@
-//! The Parquet writer settings of segment files: codec, encoding, page
-//! and dictionary limits, statistics and the `__pk` bloom filter, per
-//! column (`docs/format.md`, "Segments", lists what they are).
+//! The Parquet writer settings of segment files: the options a database
+//! sets ([`SegmentWriteOptions`]) and what they become per column: codec,
+//! encoding, page and dictionary limits, statistics and the `__pk` bloom
+//! filter (`docs/format.md`, "Segments", lists them).
 //!
 //! Some settings are chosen from a segment's first batch of rows: string
 //! key columns that are mostly distinct go without a dictionary, and so do
@@ -15,10 +16,58 @@ use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use super::build::SegmentWriteOptions;
 use super::format;
 use crate::model::schema::TableSchema;
 use crate::model::types::TypeSet;
+
+/// Layout settings of new segments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentWriteOptions {
+    /// Rows per Parquet row group (a key's ranks never straddle two).
+    /// Defaults to 16384.
+    pub row_group_rows: usize,
+    /// Rows written to Parquet at a time; where values are sometimes null,
+    /// a page may run up to this many rows past `page_bytes`. Defaults to
+    /// 256.
+    pub page_rows: usize,
+    /// Data pages end past this many encoded bytes. Defaults to 2 KiB.
+    pub page_bytes: usize,
+    /// Dictionary page limit of integer and double values (0: plain).
+    pub numeric_dictionary_bytes: usize,
+    /// Write `__cells` (see `cells`). Defaults to true.
+    pub cells: bool,
+    /// Store versions relative to their key's newest (`versions`).
+    /// Defaults to true.
+    pub relative_versions: bool,
+    /// The value and system leaves (every leaf but `__pk`, the typed key
+    /// columns and `__cells`): ZSTD at this level with pages cut past
+    /// `value_page_bytes`, or (None, the default) as `value_lz4` says with
+    /// pages cut like the rest. Point reads never decode these leaves (they read
+    /// `__pk` and `__cells`); scans do, and memtable keys are placed by
+    /// the key leaves, which stay small and LZ4 either way.
+    pub value_zstd: Option<i32>,
+    /// Page limit of the value and system leaves under `value_zstd`.
+    pub value_page_bytes: usize,
+    /// Without `value_zstd`: LZ4 on the value and system leaves (else
+    /// they are stored as encoded). Defaults to false.
+    pub value_lz4: bool,
+}
+
+impl Default for SegmentWriteOptions {
+    fn default() -> Self {
+        SegmentWriteOptions {
+            row_group_rows: 16 * 1024,
+            page_rows: 256,
+            page_bytes: 2 << 10,
+            numeric_dictionary_bytes: 64 << 10,
+            cells: true,
+            relative_versions: true,
+            value_zstd: None,
+            value_page_bytes: 64 << 10,
+            value_lz4: false,
+        }
+    }
+}
 
 /// Dictionary pages are read whole by every read of a column chunk, so
 /// they are kept small: string and binary values get up to 64 KiB,
