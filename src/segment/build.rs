@@ -263,14 +263,14 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             batch.clone()
         };
         if !self.opts.cells {
-            self.writer(batch)?.write(&stored)?;
+            self.writer(&stored)?.write(&stored)?;
             return Ok(());
         }
         let cells = super::cells::encode_cells(batch)?;
         let mut columns = stored.columns().to_vec();
         columns.push(cells);
         let file = RecordBatch::try_new(self.file_schema.clone(), columns)?;
-        self.writer(batch)?.write(&file)?;
+        self.writer(&stored)?.write(&file)?;
         Ok(())
     }
 

@@ -110,9 +110,10 @@ pub(super) fn plain_key_columns(table: &TableSchema, batch: &RecordBatch) -> Vec
     plain
 }
 
-/// The integer and double value children of attribute columns that a
-/// dictionary would not shrink, judged on `batch` (a segment's first):
-/// they are written without one (integers as deltas, doubles plain). A
+/// The integer and double value children and the versions (`ts`, as
+/// stored) of attribute columns that a dictionary would not shrink,
+/// judged on `batch` (a segment's first, as stored): they are written
+/// without one (integers and versions as deltas, doubles plain). A
 /// dictionary that fills up falls back for the rest of the row group but
 /// is stored all the same: 64 KiB a row group for unique times or ids.
 pub(super) fn numbers_without_dictionary(batch: &RecordBatch) -> Vec<ColumnPath> {
@@ -121,7 +122,7 @@ pub(super) fn numbers_without_dictionary(batch: &RecordBatch) -> Vec<ColumnPath>
     let mut out = Vec::new();
     for (field, col) in batch.schema().fields().iter().zip(batch.columns()) {
         let Some(st) = col.as_struct_opt() else { continue };
-        for child in ["i", "d"] {
+        for child in ["i", "d", format::TS] {
             let Some(values) = st.column_by_name(child) else {
                 continue;
             };
@@ -290,14 +291,26 @@ pub(super) fn writer_properties(
         None if opts.cells => value_page_bytes,
         None => (opts.page_bytes / 8).max(1),
     };
-    for path in [ColumnPath::from(format::SEQ), ColumnPath::from(format::MAX_TS)]
-        .into_iter()
-        .chain(
-            columns
-                .iter()
-                .map(|(name, _)| ColumnPath::new(vec![name.clone(), format::TS.to_string()])),
-        )
-    {
+    // Parquet's delta encoder reserves 1 MiB per column writer, and a
+    // segment writer opens one per leaf per row group: 23 attribute
+    // versions made a flush hold ~30 MiB of it. Relative versions are
+    // nearly all equal (0 where cells were written together), which a
+    // dictionary of a few values codes in runs, smaller still than
+    // deltas; they fall back to plain where the dictionary fills.
+    let mut deltas = vec![ColumnPath::from(format::SEQ), ColumnPath::from(format::MAX_TS)];
+    for (name, _) in columns {
+        let path = ColumnPath::new(vec![name.clone(), format::TS.to_string()]);
+        if opts.relative_versions && !plain_numbers.contains(&path) {
+            b = b
+                .set_column_dictionary_enabled(path.clone(), true)
+                .set_column_dictionary_page_size_limit(path.clone(), opts.numeric_dictionary_bytes.max(1))
+                .set_column_encoding(path.clone(), Encoding::PLAIN)
+                .set_column_data_page_size_limit(path, delta_page_bytes);
+        } else {
+            deltas.push(path);
+        }
+    }
+    for path in deltas {
         b = b
             .set_column_encoding(path.clone(), Encoding::DELTA_BINARY_PACKED)
             .set_column_data_page_size_limit(path, delta_page_bytes);
@@ -320,10 +333,13 @@ pub(super) fn writer_properties(
                 b = b.set_column_dictionary_enabled(ColumnPath::new(vec![name.clone(), child.to_string()]), true);
             }
         }
-        // Integers past their dictionary (or without one) as deltas: half
-        // the bytes of plain values for times and counters, which no
-        // codec compresses here (BENCHMARKS.md, "Sizes").
-        if types.has(1) {
+        // Integers without a dictionary as deltas: half the bytes of plain
+        // values for times and counters, which no codec compresses here
+        // (BENCHMARKS.md, "Size"). Those with one fall back to plain if
+        // it fills: the first batch said it would not (and a delta
+        // encoder costs its writer 1 MiB, above).
+        let ints = ColumnPath::new(vec![name.clone(), "i".to_string()]);
+        if types.has(1) && (opts.numeric_dictionary_bytes == 0 || plain_numbers.contains(&ints)) {
             b = b.set_column_encoding(
                 ColumnPath::new(vec![name.clone(), "i".to_string()]),
                 Encoding::DELTA_BINARY_PACKED,
@@ -390,17 +406,20 @@ mod tests {
     #[test]
     fn numbers_a_dictionary_would_not_shrink_go_without_one() {
         let n = 4096;
-        let attr = |i: ArrayRef, d: ArrayRef| {
+        let attr = |ts: ArrayRef, i: ArrayRef, d: ArrayRef| {
             let fields = Fields::from(vec![
+                Field::new(format::TS, DataType::Int64, true),
                 Field::new("i", DataType::Int64, true),
                 Field::new("d", DataType::Float64, true),
             ]);
-            StructArray::new(fields, vec![i, d], None)
+            StructArray::new(fields, vec![ts, i, d], None)
         };
         // Times: unique, rising in small random steps; amounts in cents.
-        let times: Int64Array = (0..n as i64)
-            .map(|r| Some(1_788_220_800_000 + r * 50 + (r * 7919) % 50))
-            .collect();
+        let times = || -> Int64Array {
+            (0..n as i64)
+                .map(|r| Some(1_788_220_800_000 + r * 50 + (r * 7919) % 50))
+                .collect()
+        };
         let cents: Float64Array = (0..n).map(|r| Some(((r * 7919) % 300) as f64 / 100.0)).collect();
         let codes: Int64Array = (0..n as i64).map(|r| Some(r % 8)).collect();
         let random: Float64Array = (0..n as u64)
@@ -408,10 +427,18 @@ mod tests {
             .collect();
         let few: Int64Array = (0..n as i64).map(|r| (r < 10).then_some(r * 1_000_003)).collect();
         let few_d: Float64Array = (0..n).map(|_| None).collect();
+        // Versions as stored: relative ones (cells written with the row:
+        // 0, older versions 1000 or 2000 below), or absolute times.
+        let relative: Int64Array = (0..n as i64)
+            .map(|r| Some([0, 0, 0, 1000, 2000][r as usize % 5]))
+            .collect();
         let columns: Vec<(&str, StructArray)> = vec![
-            ("a", attr(Arc::new(times), Arc::new(cents))),
-            ("b", attr(Arc::new(codes), Arc::new(random))),
-            ("c", attr(Arc::new(few), Arc::new(few_d))),
+            (
+                "a",
+                attr(Arc::new(relative.clone()), Arc::new(times()), Arc::new(cents)),
+            ),
+            ("b", attr(Arc::new(times()), Arc::new(codes), Arc::new(random))),
+            ("c", attr(Arc::new(relative), Arc::new(few), Arc::new(few_d))),
         ];
         let schema = Arc::new(Schema::new(
             columns
@@ -425,6 +452,9 @@ mod tests {
         )
         .unwrap();
         let path = |c: &str, child: &str| ColumnPath::new(vec![c.to_string(), child.to_string()]);
-        assert_eq!(numbers_without_dictionary(&batch), vec![path("a", "i"), path("b", "d")]);
+        assert_eq!(
+            numbers_without_dictionary(&batch),
+            vec![path("a", "i"), path("b", "d"), path("b", format::TS)]
+        );
     }
 }
