@@ -76,7 +76,7 @@ impl Default for SegmentWriteOptions {
 /// which scans decode almost for free; point reads of segments with
 /// `__cells` never read them); versions and sequence numbers are
 /// delta-coded (`docs/decisions.md`, "Writer settings").
-pub(super) const DICTIONARY_PAGE_BYTES: usize = 64 * 1024;
+const DICTIONARY_PAGE_BYTES: usize = 64 * 1024;
 
 /// The string and binary key columns whose values in `batch` (a
 /// segment's first) are mostly distinct: they are written plain, without
@@ -303,7 +303,7 @@ pub(super) fn writer_properties(
         if opts.relative_versions && !plain_numbers.contains(&path) {
             b = b
                 .set_column_dictionary_enabled(path.clone(), true)
-                .set_column_dictionary_page_size_limit(path.clone(), opts.numeric_dictionary_bytes.max(1))
+                .set_column_dictionary_page_size_limit(path.clone(), DICTIONARY_PAGE_BYTES)
                 .set_column_encoding(path.clone(), Encoding::PLAIN)
                 .set_column_data_page_size_limit(path, delta_page_bytes);
         } else {
