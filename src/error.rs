@@ -139,7 +139,24 @@ impl From<object_store::Error> for Error {
 }
 
 impl From<parquet::errors::ParquetError> for Error {
+    /// Decoding failures are corruption; a failure of what Parquet wrote
+    /// to or read from (a file, an upload) keeps its own kind.
     fn from(e: parquet::errors::ParquetError) -> Self {
+        if let parquet::errors::ParquetError::External(inner) = &e {
+            if let Some(ours) = inner.downcast_ref::<Error>() {
+                return ours.clone();
+            }
+            // A file cut short or holding what does not decode is still
+            // damage, whatever layer noticed.
+            if let Some(io) = inner.downcast_ref::<std::io::Error>()
+                && !matches!(
+                    io.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+                )
+            {
+                return Error::new(ErrorKind::Io, format!("parquet: {e}"));
+            }
+        }
         Error::new(ErrorKind::Corruption, format!("parquet: {e}"))
     }
 }

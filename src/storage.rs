@@ -3,7 +3,8 @@
 //! [`Storage`] names the object store, the local directory behind it (when
 //! there is one) and how segments are written and opened. Every object the
 //! engine creates goes through here: whole objects with [`put_durable`],
-//! streamed ones with [`UploadSink`].
+//! streamed ones with [`UploadSink`], flushes with [`SpillSink`] (whole
+//! while small, streamed past one upload part).
 //!
 //! Invariant: when either returns, the object is complete under its final
 //! path and, on a local disk, fsynced together with its directory, so it
@@ -164,6 +165,65 @@ pub(crate) async fn sync_object(storage: &Storage, path: &str) -> Result<()> {
         .map_err(|e| Error::io("fsync task", e))??;
     }
     Ok(())
+}
+
+/// A blocking [`std::io::Write`] for a new object of unknown size (a
+/// flush's segment): held in memory while it is smaller than one upload
+/// part, then streamed through an [`UploadSink`]. A small file costs one
+/// `put` (one request to an object store, where a multipart upload takes
+/// three); a large one holds at most a few parts in memory, not itself.
+pub(crate) struct SpillSink {
+    storage: Storage,
+    path: String,
+    rt: tokio::runtime::Handle,
+    /// `Err` once the file outgrew memory.
+    out: std::result::Result<Vec<u8>, UploadSink>,
+}
+
+impl SpillSink {
+    pub fn new(storage: &Storage, path: &str, rt: &tokio::runtime::Handle) -> Self {
+        SpillSink {
+            storage: storage.clone(),
+            path: path.to_string(),
+            rt: rt.clone(),
+            out: Ok(Vec::new()),
+        }
+    }
+
+    /// Completes the object and makes it durable; returns its size.
+    pub fn finish(self) -> Result<u64> {
+        match self.out {
+            Ok(bytes) => {
+                let size = bytes.len() as u64;
+                self.rt.block_on(put_durable(&self.storage, &self.path, bytes))?;
+                Ok(size)
+            }
+            Err(upload) => upload.finish(&self.storage),
+        }
+    }
+}
+
+impl std::io::Write for SpillSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(held) = &mut self.out {
+            if held.len() + buf.len() <= UPLOAD_PART_BYTES {
+                held.extend_from_slice(buf);
+                return Ok(buf.len());
+            }
+            let mut upload = UploadSink::start(&self.storage, &self.path, &self.rt)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            upload.write_all(&std::mem::take(held))?;
+            self.out = Err(upload);
+        }
+        match &mut self.out {
+            Err(upload) => upload.write(buf),
+            Ok(_) => unreachable!("switched to an upload above"),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Bytes per part of a streamed upload, and parts in flight at once: a

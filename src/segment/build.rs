@@ -57,6 +57,7 @@ struct CopiedStats {
     newest_ts: i64,
 }
 
+#[cfg(test)]
 impl SegmentBuilder<Vec<u8>> {
     /// A segment built in memory. `columns`: every attribute column the
     /// states may hold, with the value types that may occur (sorted by

@@ -261,6 +261,52 @@ async fn a_failed_flush_loses_nothing_and_the_next_one_succeeds() {
     assert_eq!(rows[100].latest("n"), Some(&Value::Integer(100)));
 }
 
+/// A flush larger than one upload part streams to the store: when its
+/// upload fails, the flush fails and nothing is lost (reads, a reopen);
+/// once uploads work, the same memtable flushes and reads back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_flush_streams_and_a_failed_upload_loses_nothing() {
+    use rand::{Rng, SeedableRng};
+    let (dir, store, options) = failing_store();
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    let t = card_order_table(&db, TableOptions::default()).await;
+    // ~24 MiB of segment (incompressible values, then `__cells`' copy).
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let blob = |rng: &mut rand::rngs::StdRng| -> Vec<u8> { (0..4096).map(|_| rng.random()).collect() };
+    let mut want = Vec::new();
+    for i in 0..3000i64 {
+        let b = blob(&mut rng);
+        t.put_row(PutRow::new(pk(i, "a")).column("b", b.clone())).await.unwrap();
+        want.push(b);
+    }
+    let check = |rows: Vec<Row>| {
+        assert_eq!(rows.len(), want.len());
+        for (r, b) in rows.iter().zip(&want) {
+            assert_eq!(r.latest("b"), Some(&Value::Binary(b.clone())));
+        }
+    };
+    store.fail_uploads(true);
+    let err = t.flush().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert_eq!(t.stats().segments, 0);
+    check(scan_all(&t, GetRange::new()).await);
+    store.fail_uploads(false);
+    t.flush().await.unwrap();
+    let s = t.stats();
+    assert_eq!(s.segments, 1);
+    assert!(
+        s.flush_bytes > 8 << 20,
+        "{} bytes flushed: not past one upload part",
+        s.flush_bytes
+    );
+    check(scan_all(&t, GetRange::new()).await);
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir.path(), options()).await.unwrap();
+    check(scan_all(&db.table("t").unwrap(), GetRange::new()).await);
+    db.close().await.unwrap();
+}
+
 /// Compactions that keep failing (a full disk, say) do not make every
 /// write group sit out the run-count stall: writes go on at once, and the
 /// runs are merged once compactions succeed again.
