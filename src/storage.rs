@@ -215,10 +215,10 @@ impl std::io::Write for SpillSink {
             upload.write_all(&std::mem::take(held))?;
             self.out = Err(upload);
         }
-        match &mut self.out {
-            Err(upload) => upload.write(buf),
-            Ok(_) => unreachable!("switched to an upload above"),
-        }
+        let Err(upload) = &mut self.out else {
+            return Err(std::io::Error::other(format!("upload {} did not start", self.path)));
+        };
+        upload.write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {

@@ -340,10 +340,7 @@ pub(super) fn writer_properties(
         // encoder costs its writer 1 MiB, above).
         let ints = ColumnPath::new(vec![name.clone(), "i".to_string()]);
         if types.has(1) && (opts.numeric_dictionary_bytes == 0 || plain_numbers.contains(&ints)) {
-            b = b.set_column_encoding(
-                ColumnPath::new(vec![name.clone(), "i".to_string()]),
-                Encoding::DELTA_BINARY_PACKED,
-            );
+            b = b.set_column_encoding(ints, Encoding::DELTA_BINARY_PACKED);
         }
         if opts.numeric_dictionary_bytes > 0 {
             for (bit, child) in [(1, "i"), (2, "d")] {

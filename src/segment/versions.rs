@@ -63,7 +63,7 @@ pub(crate) fn to_relative(batch: &RecordBatch) -> Result<RecordBatch> {
             base
         })
         .collect();
-    convert(batch, &bases, |base, ts| base.wrapping_sub(ts), Some(bases.clone()))
+    convert(batch, &bases, bases.clone())
 }
 
 /// A batch read from a file with relative versions back in the layout.
@@ -89,7 +89,7 @@ pub(crate) fn to_absolute(batch: &RecordBatch) -> Result<RecordBatch> {
         }
         None => bases.clone(),
     };
-    convert(batch, &bases, |base, stored| base.wrapping_sub(stored), Some(max_ts))
+    convert(batch, &bases, max_ts)
 }
 
 /// A columnar stream of segment rows in the layout of `format`, whatever
@@ -117,8 +117,9 @@ impl SegmentBatchStream {
         if drop.is_empty() {
             return Ok(batch);
         }
+        let schema = batch.schema();
         let keep: Vec<usize> = (0..batch.num_columns())
-            .filter(|&i| !drop.iter().any(|d| d == batch.schema().field(i).name()))
+            .filter(|&i| !drop.iter().any(|d| d == schema.field(i).name()))
             .collect();
         Ok(batch.project(&keep)?)
     }
@@ -183,20 +184,14 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
         .ok_or_else(|| Error::corruption(format!("segment rows without {name}")))
 }
 
-/// `batch` with every `ts` leaf mapped through `f(base, ts)` (null bases
-/// count as 0) and `__max_ts` replaced by `max_ts`.
-fn convert(
-    batch: &RecordBatch,
-    bases: &Int64Array,
-    f: impl Fn(i64, i64) -> i64,
-    max_ts: Option<Int64Array>,
-) -> Result<RecordBatch> {
+/// `batch` with every `ts` leaf replaced by `base - ts` (wrapping; null
+/// bases count as 0), which is its own inverse, and `__max_ts` replaced
+/// by `max_ts`.
+fn convert(batch: &RecordBatch, bases: &Int64Array, max_ts: Int64Array) -> Result<RecordBatch> {
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (field, c) in batch.schema().fields().iter().zip(batch.columns()) {
-        if field.name() == format::MAX_TS
-            && let Some(m) = &max_ts
-        {
-            columns.push(Arc::new(m.clone()) as ArrayRef);
+        if field.name() == format::MAX_TS {
+            columns.push(Arc::new(max_ts.clone()) as ArrayRef);
             continue;
         }
         let Some(st) = c.as_struct_opt().filter(|st| st.column_by_name(format::TS).is_some()) else {
@@ -218,7 +213,7 @@ fn convert(
                     .values()
                     .iter()
                     .zip(bases.values().iter().zip(0..))
-                    .map(|(&t, (&b, r))| if bases.is_valid(r) { f(b, t) } else { f(0, t) })
+                    .map(|(&t, (&b, r))| if bases.is_valid(r) { b } else { 0 }.wrapping_sub(t))
                     .collect();
                 Ok(Arc::new(Int64Array::new(values.into(), ts.nulls().cloned())) as ArrayRef)
             })
