@@ -5,16 +5,23 @@
 //! [`ScanCtx::push_visible`], which apply the TTL and the type conversions
 //! the same way whatever source the row came from.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, new_null_array};
 use arrow::datatypes::SchemaRef;
 
 use super::arrow::{ColBuilder, OutCol, arrow_type, attr_array, pk_value_type};
+use super::overlay::Overlay;
 use super::plan::{RowFilter, ScanCounters};
 use crate::error::{Error, Result};
+use crate::memtable::Memtable;
+use crate::model::key::KeyRange;
 use crate::model::row::RowState;
 use crate::model::types::{PkValue, Value};
+use crate::segment::Segment;
 use crate::state::{Snapshot, TableInner};
 
 /// What every part of one scan reads with: the table, the snapshot, the
@@ -29,6 +36,68 @@ pub(super) struct ScanCtx {
     pub(super) schema: SchemaRef,
     pub(super) row_filter: Option<Arc<dyn RowFilter>>,
     pub(super) counters: Arc<ScanCounters>,
+    /// What the parts of a scan read in chunks share.
+    pub(super) shared: Arc<ScanShared>,
+}
+
+/// What the chunks of one scan share, so that reading a scan in chunks
+/// (each a [`super::LatestScan`] of a few row groups, see the SQL layer's
+/// ordered scans) costs what reading it whole does.
+///
+/// Invariant: every overlay held was valid for the scan's snapshot when it
+/// was taken, and stays so (overlays never change; a newer one replaces
+/// it in its slot).
+#[derive(Default)]
+pub(crate) struct ScanShared {
+    /// The key ranges of the whole scan, when it is read in chunks: a
+    /// piece judges whether an overlay is worth building by the whole
+    /// scan's share of a segment, not its own chunk's.
+    whole: Option<Vec<KeyRange>>,
+    /// Rows of each segment (by path) the whole scan reads.
+    whole_rows: Mutex<HashMap<String, u64>>,
+    /// The overlays the scan's pieces used, by memtable and slot: later
+    /// chunks take the same one, even once upkeep has brought the slot's
+    /// past the scan's snapshot (which a piece may not use).
+    overlays: Mutex<HashMap<(usize, String), Arc<Overlay>>>,
+}
+
+impl ScanShared {
+    /// For a scan of `ranges` read in chunks.
+    pub(crate) fn chunked(ranges: Vec<KeyRange>) -> Self {
+        ScanShared {
+            whole: Some(ranges),
+            ..ScanShared::default()
+        }
+    }
+
+    /// The rows of `seg` the whole scan reads, when it is read in chunks.
+    pub(super) async fn whole_rows(&self, seg: &Segment) -> Result<Option<u64>> {
+        let Some(ranges) = &self.whole else {
+            return Ok(None);
+        };
+        if let Some(n) = self.whole_rows.lock().get(&seg.meta.path) {
+            return Ok(Some(*n));
+        }
+        let mut n = 0u64;
+        for r in ranges {
+            n += seg.row_spans(r).await?.iter().map(|s| s.rows.len() as u64).sum::<u64>();
+        }
+        self.whole_rows.lock().insert(seg.meta.path.clone(), n);
+        Ok(Some(n))
+    }
+
+    pub(super) fn overlay(&self, mem: &Arc<Memtable>, slot: &str) -> Option<Arc<Overlay>> {
+        self.overlays
+            .lock()
+            .get(&(Arc::as_ptr(mem) as usize, slot.to_string()))
+            .cloned()
+    }
+
+    pub(super) fn keep_overlay(&self, mem: &Arc<Memtable>, slot: String, ov: &Arc<Overlay>) {
+        self.overlays
+            .lock()
+            .insert((Arc::as_ptr(mem) as usize, slot), ov.clone());
+    }
 }
 
 impl ScanCtx {

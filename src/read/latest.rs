@@ -27,7 +27,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 
 use super::arrow::{BATCH_ROWS, OutCol};
-use super::context::ScanCtx;
+use super::context::{ScanCtx, ScanShared};
 use super::merge_scan::MergeScan;
 use super::overlay_rows::{OverlayRows, gap_rows};
 use super::plan::{RowFilter, RowGroupFilter, ScanCounters, ScanPiece, ScanRange, plan_pieces};
@@ -62,6 +62,9 @@ pub(crate) struct ScanOutput {
     pub row_filter: Option<Arc<dyn RowFilter>>,
     /// Where the scan counts what statistics pruning saved.
     pub counters: Arc<ScanCounters>,
+    /// What the chunks of one scan share (a default one for a scan read
+    /// whole).
+    pub shared: Arc<ScanShared>,
 }
 
 impl LatestScan {
@@ -83,6 +86,7 @@ impl LatestScan {
                 schema: out.schema,
                 row_filter: out.row_filter,
                 counters: out.counters,
+                shared: out.shared,
             },
             pieces,
             current: None,

@@ -28,6 +28,7 @@ mod runs;
 mod splice;
 
 pub(crate) use self::arrow::{BATCH_ROWS, ColBuilder, OutCol, arrow_type, pk_value_type, true_bits};
+pub(crate) use self::context::ScanShared;
 pub(crate) use self::latest::{LatestScan, ScanOutput};
 pub(crate) use self::merge_scan::MergeScan;
 pub(crate) use self::overlay::warm as warm_overlays;

@@ -71,7 +71,28 @@ pub(super) async fn overlay_for(
     if at == 0 {
         return Ok(None);
     }
-    let slot = mem.attachment::<OverlaySlot>(&under.slot_name());
+    let name = under.slot_name();
+    if let Some(ov) = cx.shared.overlay(mem, &name) {
+        return Ok(Some(ov));
+    }
+    let ov = slot_overlay(cx, mem, under, at, &name, worth_building).await?;
+    if let Some(ov) = &ov {
+        cx.shared.keep_overlay(mem, name, ov);
+    }
+    Ok(ov)
+}
+
+/// The overlay in the memtable's slot for `under`, when it was built at
+/// `at` or can be (built or extended) now.
+async fn slot_overlay(
+    cx: &ScanCtx,
+    mem: &Arc<Memtable>,
+    under: &Under,
+    at: u64,
+    name: &str,
+    worth_building: bool,
+) -> Result<Option<Arc<Overlay>>> {
+    let slot = mem.attachment::<OverlaySlot>(name);
     let held = match slot.clone().try_lock_owned() {
         Ok(held) => held,
         // Another partition is building it. A piece too small to build one

@@ -131,6 +131,11 @@ impl SingleReader {
         let with_keys: Vec<_> = snap.memtables.iter().filter(|m| m.has_key_in(&range)).collect();
         let mut spans: Vec<RowSpan> = seg.row_spans(&range).await?;
         let piece_rows: u64 = spans.iter().map(|s| s.rows.len() as u64).sum();
+        // A chunk of a scan read in chunks counts as the whole scan.
+        let piece_rows = match cx.shared.whole_rows(&seg).await? {
+            Some(whole) => whole.max(piece_rows),
+            None => piece_rows,
+        };
         if piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows {
             table
                 .wide_scan_ms

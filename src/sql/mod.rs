@@ -74,6 +74,7 @@ mod dml;
 mod errors;
 mod export;
 mod insert;
+mod ordered_scan;
 mod provider;
 mod prune;
 pub(crate) mod pushdown;

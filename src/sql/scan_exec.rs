@@ -1,8 +1,12 @@
 //! The physical scan of one Cellar table: a partition per set of key
-//! ranges, each a latest-version scan of the table's snapshot.
+//! ranges, each a latest-version scan of the table's snapshot; or, when
+//! the scan declares its key order, one partition whose chunks of key
+//! ranges are read in parallel and handed on in order
+//! ([`super::ordered_scan`]).
 //!
-//! Invariant: every partition reads the one snapshot taken when the plan
-//! was made, so a query sees each row once, as of one moment.
+//! Invariants: every partition reads the one snapshot taken when the plan
+//! was made, so a query sees each row once, as of one moment; a declared
+//! key order holds within each partition.
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,7 +24,9 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 
 use super::errors::df_err;
 use crate::db::table::Table;
-use crate::read::{LatestScan, OutCol, RowFilter, RowGroupFilter, ScanCounters, ScanOutput, ScanRange, Snapshot};
+use crate::read::{
+    LatestScan, OutCol, RowFilter, RowGroupFilter, ScanCounters, ScanOutput, ScanRange, ScanShared, Snapshot,
+};
 
 /// The scan of one Cellar table.
 #[derive(Debug)]
@@ -28,7 +34,12 @@ pub struct CellarScanExec {
     pub(super) table: Table,
     pub(super) snap: Arc<Snapshot>,
     pub(super) now_ms: i64,
+    /// Key ranges per partition; when `parallel` > 1, per chunk of the
+    /// one ordered partition.
     pub(super) partitions: Vec<Vec<ScanRange>>,
+    /// Chunks read at once by the ordered partition (1: the ranges are
+    /// DataFusion's partitions).
+    pub(super) parallel: usize,
     pub(super) cols: Arc<[OutCol]>,
     pub(super) schema: SchemaRef,
     pub(super) limit: Option<usize>,
@@ -85,7 +96,7 @@ impl CellarScanExec {
         table: Table,
         snap: Arc<Snapshot>,
         now_ms: i64,
-        partitions: Vec<Vec<ScanRange>>,
+        (partitions, parallel): (Vec<Vec<ScanRange>>, usize),
         cols: Arc<[OutCol]>,
         schema: SchemaRef,
         limit: Option<usize>,
@@ -93,6 +104,7 @@ impl CellarScanExec {
     ) -> Self {
         // Rows come out in key order within each partition: declare the
         // ordering of the leading PK columns the projection keeps.
+        debug_assert!(parallel <= 1 || keeps_key_order(&cols));
         let mut ordering = Vec::new();
         for i in 0..table.schema().primary_key.len() {
             match cols.iter().position(|c| *c == OutCol::Pk(i)) {
@@ -108,7 +120,7 @@ impl CellarScanExec {
         };
         let props = PlanProperties::new(
             eq,
-            Partitioning::UnknownPartitioning(partitions.len().max(1)),
+            Partitioning::UnknownPartitioning(if parallel > 1 { 1 } else { partitions.len().max(1) }),
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
@@ -117,6 +129,7 @@ impl CellarScanExec {
             snap,
             now_ms,
             partitions,
+            parallel,
             cols,
             schema,
             limit,
@@ -129,13 +142,14 @@ impl CellarScanExec {
         }
     }
 
-    pub(super) fn stream(&self, partition: usize) -> SendableRecordBatchStream {
-        let ranges = self.partitions.get(partition).cloned().unwrap_or_default();
-        let scan = LatestScan::new(
+    /// A latest-version scan of `ranges` at the plan's snapshot, sharing
+    /// `shared` with the other chunks of its scan.
+    fn scan(&self, ranges: &[ScanRange], shared: Arc<ScanShared>) -> LatestScan {
+        LatestScan::new(
             self.table.inner().clone(),
             self.snap.clone(),
             self.now_ms,
-            &ranges,
+            ranges,
             ScanOutput {
                 cols: self.cols.clone(),
                 schema: self.schema.clone(),
@@ -143,17 +157,50 @@ impl CellarScanExec {
                 filter: self.filter.clone(),
                 row_filter: self.row_filter.clone(),
                 counters: self.counters.clone(),
+                shared,
             },
-        );
-        let s = futures::stream::unfold(scan, |mut scan| async move {
-            match scan.next_batch().await {
-                Ok(Some(b)) => Some((Ok(b), scan)),
-                Ok(None) => None,
-                Err(e) => Some((Err(df_err(e)), scan)),
-            }
-        });
-        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), s))
+        )
     }
+
+    pub(super) fn stream(&self, partition: usize) -> SendableRecordBatchStream {
+        if self.parallel > 1 && self.partitions.len() > 1 {
+            // Scans are made here, at the plan's snapshot, and started as
+            // the ordered stream reaches them.
+            let whole = self.partitions.iter().flatten().map(|r| r.range.clone()).collect();
+            let shared = Arc::new(ScanShared::chunked(whole));
+            let scans: Vec<_> = self
+                .partitions
+                .iter()
+                .map(|r| batches(self.scan(r, shared.clone())))
+                .collect();
+            let s = super::ordered_scan::ordered_stream(scans.into_iter(), self.parallel, self.limit);
+            return Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), s));
+        }
+        let ranges = match (self.parallel > 1, self.partitions.get(partition)) {
+            (true, _) => self.partitions.concat(),
+            (false, r) => r.cloned().unwrap_or_default(),
+        };
+        let scan = self.scan(&ranges, Arc::default());
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), batches(scan)))
+    }
+}
+
+/// A scan's batches as a stream; it ends after an error.
+fn batches(scan: LatestScan) -> impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static {
+    futures::stream::unfold(Some(scan), |scan| async move {
+        let mut scan = scan?;
+        match scan.next_batch().await {
+            Ok(Some(b)) => Some((Ok(b), Some(scan))),
+            Ok(None) => None,
+            Err(e) => Some((Err(df_err(e)), None)),
+        }
+    })
+}
+
+/// Whether a scan with these output columns declares its key order: it
+/// does when it keeps the leading primary-key column.
+pub(super) fn keeps_key_order(cols: &[OutCol]) -> bool {
+    cols.contains(&OutCol::Pk(0))
 }
 
 impl DisplayAs for CellarScanExec {
@@ -168,6 +215,9 @@ impl DisplayAs for CellarScanExec {
         )?;
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
+        }
+        if self.parallel > 1 && self.partitions.len() > 1 {
+            write!(f, ", ordered_chunks={}", self.partitions.len())?;
         }
         if !self.pruning.is_empty() {
             write!(f, ", row_group_pruning=[{}]", self.pruning)?;

@@ -20,6 +20,7 @@ mod gap_overlays;
 mod golden;
 mod limits;
 mod model;
+mod ordered_scans;
 mod ordering;
 mod overlay_diff;
 mod power_loss;
