@@ -36,8 +36,9 @@ struct Chunk {
 impl Chunk {
     /// Starts reading `scan` on a task of its own. The batches wait in an
     /// unbounded channel: a chunk holds a bounded number of rows (the
-    /// caller cuts them), and a bounded channel would stall the chunk
-    /// behind the one being handed on, which is what this module avoids.
+    /// caller cuts them shorter for wider projections), and a bounded
+    /// channel would stall the chunk behind the one being handed on,
+    /// which is what this module avoids.
     fn start<S>(scan: S) -> Chunk
     where
         S: Stream<Item = DfResult<RecordBatch>> + Send + 'static,

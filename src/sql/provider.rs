@@ -196,7 +196,7 @@ impl CellarTable {
         // chunks read in parallel (`ordered_scan`); others get a partition
         // per core.
         let partitions = if target_partitions > 1 && keeps_key_order(&cols) {
-            let chunks = split(&snap, plan.ranges, Cut::Groups(ORDERED_CHUNK_GROUPS)).await;
+            let chunks = split(&snap, plan.ranges, Cut::Groups(chunk_groups(cols.len()))).await;
             (chunks.map_err(df_err)?, target_partitions)
         } else {
             let parts = split(&snap, plan.ranges, Cut::Parts(target_partitions)).await;
@@ -215,10 +215,19 @@ impl CellarTable {
     }
 }
 
-/// Segment row groups per chunk of an ordered scan: 64k rows at the
-/// default group size, so that the chunks read ahead hold a few MB of a
-/// typical projection, while 2M rows still make 30 chunks to share out.
+/// Segment row groups per chunk of an ordered scan of a few columns: 64k
+/// rows at the default group size, while 2M rows still make 30 chunks to
+/// share out.
 const ORDERED_CHUNK_GROUPS: usize = 4;
+
+/// Row groups per chunk for an ordered scan of `columns` output columns.
+/// The chunks read ahead of the one handed on hold their rows whole, so
+/// wider projections get shorter chunks: in flight, about
+/// `target_partitions` x 64k rows of 4 columns at most (down to one row
+/// group per chunk), a few MB for typical columns.
+fn chunk_groups(columns: usize) -> usize {
+    (16 / columns.max(1)).clamp(1, ORDERED_CHUNK_GROUPS)
+}
 
 /// How [`split`] cuts: into a number of parts, or into parts of about so
 /// many segment row groups.
