@@ -162,8 +162,13 @@ impl CellarScanExec {
         )
     }
 
+    /// Whether the one partition is read as ordered chunks.
+    fn chunked(&self) -> bool {
+        self.parallel > 1 && self.partitions.len() > 1
+    }
+
     pub(super) fn stream(&self, partition: usize) -> SendableRecordBatchStream {
-        if self.parallel > 1 && self.partitions.len() > 1 {
+        if self.chunked() {
             // Scans are made here, at the plan's snapshot, and started as
             // the ordered stream reaches them.
             let whole = self.partitions.iter().flatten().map(|r| r.range.clone()).collect();
@@ -176,10 +181,7 @@ impl CellarScanExec {
             let s = super::ordered_scan::ordered_stream(scans.into_iter(), self.parallel, self.limit);
             return Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), s));
         }
-        let ranges = match (self.parallel > 1, self.partitions.get(partition)) {
-            (true, _) => self.partitions.concat(),
-            (false, r) => r.cloned().unwrap_or_default(),
-        };
+        let ranges = self.partitions.get(partition).cloned().unwrap_or_default();
         let scan = self.scan(&ranges, Arc::default());
         Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), batches(scan)))
     }
@@ -216,7 +218,7 @@ impl DisplayAs for CellarScanExec {
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
         }
-        if self.parallel > 1 && self.partitions.len() > 1 {
+        if self.chunked() {
             write!(f, ", ordered_chunks={}", self.partitions.len())?;
         }
         if !self.pruning.is_empty() {
