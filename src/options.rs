@@ -64,6 +64,15 @@ pub struct DbOptions {
     /// versions as they are, as earlier releases did, for other Parquet
     /// readers of the segment files that want them. Defaults to true.
     pub relative_versions: bool,
+    /// Segments written from now on with `__cells` also keep a row per
+    /// older version of a key in the columns (rank 1, 2, ...), as earlier
+    /// releases did. Off (the default), older versions live only in
+    /// `__cells`: the columns hold one row per key, its newest version of
+    /// each column, so a SQL scan of the latest rows reads no `__rank` and
+    /// filters nothing out, and the file is smaller (`docs/format.md`,
+    /// "Segments"). Cellar reads either form; without `row_cells` the
+    /// version rows are always written.
+    pub older_version_rows: bool,
     /// How segments compress their value and system columns (every column
     /// but the key, `__pk` and `__cells`, which stay LZ4). Those columns are
     /// already dictionary-, run- or delta-encoded, and SQL scans decode
@@ -188,6 +197,7 @@ impl Default for DbOptions {
             numeric_dictionary_bytes: 64 << 10,
             row_cells: true,
             relative_versions: true,
+            older_version_rows: false,
             value_compression: ValueCompression::None,
             compaction_zstd_level: None,
             compacted_page_bytes: 64 << 10,

@@ -36,7 +36,7 @@ use crate::model::row::RowState;
 use crate::model::schema::TableSchema;
 use crate::model::types::TypeSet;
 use crate::segment::format::{self, ROW_MERGE, ROW_REPLACE};
-use crate::segment::{Segment, SegmentBatchStream, decode_batch, encode_states};
+use crate::segment::{Segment, SegmentBatchStream, decode_batch, encode_states, newest};
 
 /// Rows read from an input at a time.
 const READ_ROWS: usize = 8192;
@@ -63,6 +63,10 @@ struct InputReader {
     /// A batch read ahead (to see whether the current one's last key goes
     /// on).
     ahead: Option<RecordBatch>,
+    /// For a segment of newest rows (`segment::newest`): the table and the
+    /// segment's columns, to bring its keys' older versions back from
+    /// `__cells` into rows.
+    expand: Option<(TableSchema, Vec<(String, TypeSet)>)>,
 }
 
 /// What happens to a key one input alone holds.
@@ -190,7 +194,11 @@ impl Cursor {
 impl InputReader {
     async fn read(&mut self) -> Result<Option<RecordBatch>> {
         while let Some(b) = self.stream.next().await {
-            let b = b.map_err(|e| crate::segment::read_error(&self.seg.meta.path, e))?;
+            let mut b = b.map_err(|e| crate::segment::read_error(&self.seg.meta.path, e))?;
+            if let Some((table, columns)) = &self.expand {
+                b = newest::with_older_versions(&b, table, columns)
+                    .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
+            }
             if b.num_rows() > 0 {
                 return Ok(Some(b));
             }
@@ -289,10 +297,12 @@ impl ColumnarMerge {
         };
         // Inputs stay oldest first (an empty one is left out).
         for seg in segs {
+            let newest_rows = newest::newest_rows(seg.reader_metadata().await?.metadata());
             let mut reader = InputReader {
                 seg: seg.clone(),
                 stream: seg.stream_all(READ_ROWS).await?,
                 ahead: None,
+                expand: newest_rows.then(|| (table.clone(), seg.meta.columns.clone())),
             };
             if let Some(b) = reader.next_whole().await? {
                 let cur = m.cursor(&reader.seg, b)?;

@@ -195,7 +195,6 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
                 cut += 1;
             }
             self.write_rows(&batch.slice(start, cut - start))?;
-            self.num_rows += (cut - start) as u64;
             if self.in_progress_rows() >= self.opts.row_group_rows {
                 self.writer(batch)?.flush()?;
             }
@@ -247,7 +246,6 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
     }
 
     fn write_batch(&mut self) -> Result<RecordBatch> {
-        self.num_rows += self.batch.rows as u64;
         let batch = self.batch.finish(&self.schema)?;
         self.write_rows(&batch)?;
         Ok(batch)
@@ -264,13 +262,19 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             batch.clone()
         };
         if !self.opts.cells {
+            self.num_rows += stored.num_rows() as u64;
             self.writer(&stored)?.write(&stored)?;
             return Ok(());
         }
         let cells = super::cells::encode_cells(batch)?;
         let mut columns = stored.columns().to_vec();
         columns.push(cells);
-        let file = RecordBatch::try_new(self.file_schema.clone(), columns)?;
+        let mut file = RecordBatch::try_new(self.file_schema.clone(), columns)?;
+        if self.opts.newest_rows {
+            // Older versions stay in `__cells` alone (`newest`).
+            file = super::newest::keep_newest(&file)?;
+        }
+        self.num_rows += file.num_rows() as u64;
         self.writer(&stored)?.write(&file)?;
         Ok(())
     }
@@ -371,6 +375,12 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
             writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
                 super::versions::KEY.to_string(),
                 super::versions::FROM_MAX_TS.to_string(),
+            ));
+        }
+        if self.opts.cells && self.opts.newest_rows {
+            writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
+                super::newest::KEY.to_string(),
+                super::newest::NEWEST.to_string(),
             ));
         }
         let nans: Vec<&String> = self.nan_columns.iter().collect();

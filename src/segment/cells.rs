@@ -284,6 +284,41 @@ pub(crate) fn decode_cells(bytes: &[u8], names: &[String], columns: Option<&[Str
     Ok(st)
 }
 
+/// The most versions any one column holds in a `__cells` value: the
+/// number of rows the key takes in the full layout (at least 1 there),
+/// read without decoding a value.
+pub(crate) fn ranks(bytes: &[u8]) -> Result<usize> {
+    let mut d = Decoder::new(bytes, "segment __cells");
+    let version = d.u8()?;
+    if version != VERSION {
+        return Err(Error::corruption(format!(
+            "segment __cells: unknown encoding {version} (this build reads {VERSION})"
+        )));
+    }
+    let flags = d.u8()?;
+    d.varint()?;
+    if flags & HAS_ROW_TS != 0 {
+        d.i64()?;
+    }
+    if flags & HAS_TOMB != 0 {
+        d.bytes()?;
+    }
+    let mut most = 0;
+    for _ in 0..d.varint()? {
+        d.varint()?;
+        let m = d.len()?;
+        most = most.max(m);
+        for _ in 0..m {
+            d.i64()?;
+            d.skip_value()?;
+        }
+    }
+    if !d.is_empty() {
+        return Err(Error::corruption("segment __cells: bytes after the last column"));
+    }
+    Ok(most)
+}
+
 /// Checks that every key's `__cells` in a whole segment file states what
 /// its columns state (the two copies are written together, so a difference
 /// is a writer's bug or damage that still decodes). A file without
@@ -298,6 +333,8 @@ pub(crate) fn verify_cells(path: &str, bytes: bytes::Bytes) -> Result<()> {
         }
         let names = attribute_names(builder.parquet_schema());
         let relative = super::versions::relative(builder.metadata());
+        // Columns of newest rows state each column's newest version only.
+        let newest = super::newest::newest_rows(builder.metadata());
         let reader = builder.with_batch_size(8192).build().map_err(|e| bad(&e))?;
         let mut columns: Vec<(Vec<u8>, RowState)> = Vec::new();
         let mut cells: Vec<RowState> = Vec::new();
@@ -332,7 +369,13 @@ pub(crate) fn verify_cells(path: &str, bytes: bytes::Bytes) -> Result<()> {
                 .and_then(|c| c.as_binary_opt::<i32>())
                 .ok_or_else(|| bad(&"__cells is not binary"))?;
             for v in col.iter().flatten() {
-                cells.push(decode_cells(v, &names, None).map_err(|e| bad(&e.message()))?);
+                let mut st = decode_cells(v, &names, None).map_err(|e| bad(&e.message()))?;
+                if newest {
+                    for c in st.columns.values_mut() {
+                        c.versions.truncate(1);
+                    }
+                }
+                cells.push(st);
             }
             // The last key may go on in the next batch.
             compare(&mut columns, &mut cells, 1)?;

@@ -17,6 +17,7 @@ mod checksum;
 pub(crate) mod chunk_cache;
 mod encode;
 pub(crate) mod format;
+pub(crate) mod newest;
 pub(crate) mod pages;
 mod point;
 mod prefetch;

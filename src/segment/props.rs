@@ -39,6 +39,9 @@ pub(crate) struct SegmentWriteOptions {
     /// Store versions relative to their key's newest (`versions`).
     /// Defaults to true.
     pub relative_versions: bool,
+    /// With `cells`: store only each key's newest row in the columns,
+    /// older versions in `__cells` alone (`newest`). Defaults to true.
+    pub newest_rows: bool,
     /// The value and system leaves (every leaf but `__pk`, the typed key
     /// columns and `__cells`): ZSTD at this level with pages cut past
     /// `value_page_bytes`, or (None, the default) as `value_lz4` says with
@@ -62,6 +65,7 @@ impl Default for SegmentWriteOptions {
             numeric_dictionary_bytes: 64 << 10,
             cells: true,
             relative_versions: true,
+            newest_rows: true,
             value_zstd: None,
             value_page_bytes: 64 << 10,
             value_lz4: false,

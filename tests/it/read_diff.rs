@@ -321,7 +321,7 @@ async fn reader(
 async fn run(seed: u64, phases: usize, writes: usize) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
-    let small = |cells: bool| DbOptions {
+    let small = |cells: bool, version_rows: bool| DbOptions {
         row_group_rows: 16,
         page_rows: 4,
         page_bytes: 16,
@@ -330,6 +330,10 @@ async fn run(seed: u64, phases: usize, writes: usize) {
         // Segments with versions as they are (as earlier releases wrote
         // them) mix with segments of relative versions, as `__cells` does.
         relative_versions: cells == (seed % 4 < 2),
+        // Segments with a row per older version (as earlier releases wrote
+        // them) mix with segments of newest rows, whose older versions
+        // live in `__cells` alone.
+        older_version_rows: version_rows,
         // Odd seeds compact into ZSTD-compressed value columns.
         compaction_zstd_level: (seed % 2 == 1).then_some(3),
         // Mapped segment pages are let go every four reads or so, while
@@ -343,7 +347,7 @@ async fn run(seed: u64, phases: usize, writes: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     // The first phase writes segments without `__cells`; later phases mix
     // them with segments that have it, until compaction rewrites them.
-    let mut db = Database::open_with(dir.path(), small(false)).await.unwrap();
+    let mut db = Database::open_with(dir.path(), small(false, false)).await.unwrap();
     let mut schema = TableSchema::new("t")
         .pk("card", PkType::Integer)
         .pk("order", PkType::String);
@@ -421,7 +425,12 @@ async fn run(seed: u64, phases: usize, writes: usize) {
         page_stats.push(db.page_cache_stats());
         drop(t);
         db.close().await.unwrap();
-        db = Database::open_with(dir.path(), small(phase % 2 == 0)).await.unwrap();
+        db = Database::open_with(
+            dir.path(),
+            small(phase % 2 == 0, (seed + phase as u64).is_multiple_of(3)),
+        )
+        .await
+        .unwrap();
         t = db.table("t").unwrap();
     }
     // Reads of every kind ran, many of them during writes.

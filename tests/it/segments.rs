@@ -85,43 +85,98 @@ async fn multi_version_keys_read_back_across_row_groups_pages_and_windows() {
     }
 }
 
+/// With a row per older version, a key's ranks never straddle two row
+/// groups; with newest rows, the file holds one row per key and the older
+/// versions read back from `__cells`, through a compaction too.
 #[tokio::test]
 async fn row_groups_are_cut_at_key_boundaries() {
-    let (dir, t) = small_segments(100, 16).await;
-    for i in 0..400i64 {
-        let p = PutRow::new(pk(i, "k"))
-            .column_at("c", 1, T0)
-            .column_at("c", 2, T0 - 1)
-            .column_at("c", 3, T0 - 2);
-        t.put_row(p).await.unwrap();
+    for version_rows in [true, false] {
+        let (dir, db, t) = segments_table_with(100, 16, 3, version_rows).await;
+        for i in 0..400i64 {
+            let p = PutRow::new(pk(i, "k"))
+                .column_at("c", 1, T0)
+                .column_at("c", 2, T0 - 1)
+                .column_at("c", 3, T0 - 2);
+            t.put_row(p).await.unwrap();
+        }
+        t.flush().await.unwrap();
+        // A newer segment over every other key, so that compaction folds
+        // those and copies the rest.
+        for i in (0..400i64).step_by(2) {
+            t.update_row(UpdateRow::new(pk(i, "k")).put_at("c", 4, T0 + 1))
+                .await
+                .unwrap();
+        }
+        t.flush().await.unwrap();
+        let all = ReadOptions {
+            max_versions: Some(3),
+            ..Default::default()
+        };
+        let check = |rows: Vec<Row>| {
+            assert_eq!(rows.len(), 400);
+            for r in &rows {
+                let PkValue::Integer(i) = r.primary_key.columns[0].1 else {
+                    panic!()
+                };
+                let want: Vec<i64> = if i % 2 == 0 { vec![4, 1, 2] } else { vec![1, 2, 3] };
+                let got: Vec<i64> = r
+                    .column("c")
+                    .unwrap()
+                    .iter()
+                    .map(|c| match c.value {
+                        Value::Integer(x) => x,
+                        _ => panic!(),
+                    })
+                    .collect();
+                assert_eq!(got, want, "key {i}, version rows {version_rows}");
+            }
+        };
+        check(scan_all(&t, GetRange::new().backward().options(all.clone())).await);
+        for compacted in [false, true] {
+            if compacted {
+                t.compact().await.unwrap();
+                check(scan_all(&t, GetRange::new().options(all.clone())).await);
+                let sql = cellar::sql::SqlSession::new(db.clone());
+                let b = sql.query("SELECT sum(c) AS s, count(*) AS n FROM t").await.unwrap();
+                assert_eq!(
+                    crate::sql::text_rows(&b),
+                    ["s=1000 n=400"],
+                    "version rows {version_rows}"
+                );
+            }
+            let mut rows = 0;
+            for seg in std::fs::read_dir(dir.path().join("tables/1/segments")).unwrap() {
+                let file = std::fs::File::open(seg.unwrap().path()).unwrap();
+                let reader = parquet::file::serialized_reader::SerializedFileReader::new(file).unwrap();
+                use parquet::file::reader::FileReader;
+                let groups = reader.metadata().row_groups();
+                let file_rows: i64 = groups.iter().map(|g| g.num_rows()).sum();
+                // The files of three versions a key (not the one of updates).
+                if version_rows && file_rows == 1200 {
+                    assert!(
+                        groups.iter().all(|g| g.num_rows() % 3 == 0),
+                        "every key's three ranks stay in one row group"
+                    );
+                }
+                if !compacted {
+                    assert!(groups.len() >= 2, "{} row groups", groups.len());
+                }
+                rows += groups.iter().map(|g| g.num_rows()).sum::<i64>();
+            }
+            // Keys, plus the older versions' rows where they are kept.
+            let keys = if compacted { 400 } else { 600 };
+            let want = match (version_rows, compacted) {
+                (false, _) => keys,
+                (true, false) => 400 * 3 + 200,
+                (true, true) => 400 * 3,
+            };
+            assert_eq!(rows, want, "version rows {version_rows}, compacted {compacted}");
+        }
+        drop(t);
+        db.close().await.unwrap();
     }
-    t.flush().await.unwrap();
-    let seg = std::fs::read_dir(dir.path().join("tables/1/segments"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let file = std::fs::File::open(seg).unwrap();
-    let reader = parquet::file::serialized_reader::SerializedFileReader::new(file).unwrap();
-    use parquet::file::reader::FileReader;
-    let groups = reader.metadata().row_groups();
-    assert!(groups.len() >= 10, "{} row groups", groups.len());
-    assert!(
-        groups.iter().all(|g| g.num_rows() % 3 == 0),
-        "every key's three ranks stay in one row group"
-    );
-    let all = ReadOptions {
-        max_versions: Some(3),
-        ..Default::default()
-    };
-    let rows = scan_all(&t, GetRange::new().backward().options(all)).await;
-    assert_eq!(rows.len(), 400);
-    assert!(rows.iter().all(|r| r.column("c").unwrap().len() == 3));
 }
 
-/// A `t` table keeping 3 versions, in a database whose segments have row
-/// groups of `row_group_rows` and pages of `page_rows`.
 async fn small_segments(row_group_rows: usize, page_rows: usize) -> (tempfile::TempDir, Table) {
     let (dir, _db, t) = segments_table(row_group_rows, page_rows, 3).await;
     (dir, t)
@@ -136,12 +191,23 @@ async fn segments_table(
     page_rows: usize,
     max_versions: u32,
 ) -> (tempfile::TempDir, Database, Table) {
+    segments_table_with(row_group_rows, page_rows, max_versions, false).await
+}
+
+/// [`segments_table`], with a row per older version in the columns or not.
+async fn segments_table_with(
+    row_group_rows: usize,
+    page_rows: usize,
+    max_versions: u32,
+    older_version_rows: bool,
+) -> (tempfile::TempDir, Database, Table) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let opts = DbOptions {
         row_group_rows,
         page_rows,
         page_bytes: 64,
+        older_version_rows,
         ..DbOptions::default().clock(clock)
     };
     let db = Database::open_with(dir.path(), opts).await.unwrap();
