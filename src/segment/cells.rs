@@ -228,11 +228,8 @@ pub(crate) fn attribute_names(schema: &parquet::schema::types::SchemaDescriptor)
         .collect()
 }
 
-/// The state in a `__cells` value of a file whose attribute columns are
-/// `names`; `columns`: the attribute columns to keep (`None`: all;
-/// tombstones are kept whatever the projection, as the columnar decoders
-/// keep them).
-pub(crate) fn decode_cells(bytes: &[u8], names: &[String], columns: Option<&[String]>) -> Result<RowState> {
+/// A decoder past a `__cells` value's encoding byte, and its flags.
+fn open(bytes: &[u8]) -> Result<(Decoder<'_>, u8)> {
     let mut d = Decoder::new(bytes, "segment __cells");
     let version = d.u8()?;
     if version != VERSION {
@@ -241,6 +238,15 @@ pub(crate) fn decode_cells(bytes: &[u8], names: &[String], columns: Option<&[Str
         )));
     }
     let flags = d.u8()?;
+    Ok((d, flags))
+}
+
+/// The state in a `__cells` value of a file whose attribute columns are
+/// `names`; `columns`: the attribute columns to keep (`None`: all;
+/// tombstones are kept whatever the projection, as the columnar decoders
+/// keep them).
+pub(crate) fn decode_cells(bytes: &[u8], names: &[String], columns: Option<&[String]>) -> Result<RowState> {
+    let (mut d, flags) = open(bytes)?;
     let mut st = RowState {
         seq: d.varint()?,
         replace: flags & REPLACE != 0,
@@ -288,14 +294,7 @@ pub(crate) fn decode_cells(bytes: &[u8], names: &[String], columns: Option<&[Str
 /// number of rows the key takes in the full layout (at least 1 there),
 /// read without decoding a value.
 pub(crate) fn ranks(bytes: &[u8]) -> Result<usize> {
-    let mut d = Decoder::new(bytes, "segment __cells");
-    let version = d.u8()?;
-    if version != VERSION {
-        return Err(Error::corruption(format!(
-            "segment __cells: unknown encoding {version} (this build reads {VERSION})"
-        )));
-    }
-    let flags = d.u8()?;
+    let (mut d, flags) = open(bytes)?;
     d.varint()?;
     if flags & HAS_ROW_TS != 0 {
         d.i64()?;
