@@ -297,7 +297,7 @@ impl ColumnarMerge {
         };
         // Inputs stay oldest first (an empty one is left out).
         for seg in segs {
-            let newest_rows = newest::newest_rows(seg.reader_metadata().await?.metadata());
+            let newest_rows = format::newest_rows(seg.reader_metadata().await?.metadata());
             let mut reader = InputReader {
                 seg: seg.clone(),
                 stream: seg.stream_all(READ_ROWS).await?,

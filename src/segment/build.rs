@@ -379,8 +379,8 @@ impl<W: std::io::Write + Send> SegmentBuilder<W> {
         }
         if self.opts.cells && self.opts.newest_rows {
             writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
-                super::newest::KEY.to_string(),
-                super::newest::NEWEST.to_string(),
+                format::ROWS_KEY.to_string(),
+                format::ROWS_NEWEST.to_string(),
             ));
         }
         let nans: Vec<&String> = self.nan_columns.iter().collect();

@@ -333,7 +333,7 @@ pub(crate) fn verify_cells(path: &str, bytes: bytes::Bytes) -> Result<()> {
         let names = attribute_names(builder.parquet_schema());
         let relative = super::versions::relative(builder.metadata());
         // Columns of newest rows state each column's newest version only.
-        let newest = super::newest::newest_rows(builder.metadata());
+        let newest = format::newest_rows(builder.metadata());
         let reader = builder.with_batch_size(8192).build().map_err(|e| bad(&e))?;
         let mut columns: Vec<(Vec<u8>, RowState)> = Vec::new();
         let mut cells: Vec<RowState> = Vec::new();

@@ -70,6 +70,19 @@ pub(crate) fn doubles_without_nan(md: &parquet::file::metadata::ParquetMetaData,
     }
 }
 
+/// The footer key-value metadata entry of a file of newest rows
+/// (`segment::newest`): its columns hold only each key's rank-0 row.
+pub(crate) const ROWS_KEY: &str = "cellar.rows";
+pub(crate) const ROWS_NEWEST: &str = "newest";
+
+/// Whether the file holds only rank-0 rows in its columns.
+pub(crate) fn newest_rows(md: &parquet::file::metadata::ParquetMetaData) -> bool {
+    md.file_metadata().key_value_metadata().is_some_and(|kv| {
+        kv.iter()
+            .any(|e| e.key == ROWS_KEY && e.value.as_deref() == Some(ROWS_NEWEST))
+    })
+}
+
 /// The double value child of an attribute struct.
 pub(crate) const VALUE_D: &str = "d";
 

@@ -9,7 +9,8 @@
 //! three versions). Yet a file with `__cells` already holds every version
 //! of every key there, where point reads, range reads and version reads
 //! take them from. So such a file keeps only the rank-0 rows in its
-//! columns, and marks itself with the footer entry `cellar.rows = newest`.
+//! columns, and marks itself with the footer entry `cellar.rows = newest`
+//! ([`format::newest_rows`] reads it).
 //!
 //! - Writing: [`keep_newest`] drops the older ranks of a batch after its
 //!   `__cells` was computed from all of them.
@@ -29,24 +30,12 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, RecordBatch, UInt16Array};
 use arrow::compute::{filter_record_batch, interleave_record_batch};
 use arrow::datatypes::{DataType, Schema, UInt16Type};
-use parquet::file::metadata::ParquetMetaData;
 
 use super::cells::{decode_cells, ranks};
 use super::format;
 use crate::error::{Error, Result};
 use crate::model::schema::TableSchema;
 use crate::model::types::TypeSet;
-
-/// The footer key-value metadata entry of a newest-rows file.
-pub(crate) const KEY: &str = "cellar.rows";
-pub(crate) const NEWEST: &str = "newest";
-
-/// Whether the file holds only rank-0 rows in its columns.
-pub(crate) fn newest_rows(md: &ParquetMetaData) -> bool {
-    md.file_metadata()
-        .key_value_metadata()
-        .is_some_and(|kv| kv.iter().any(|e| e.key == KEY && e.value.as_deref() == Some(NEWEST)))
-}
 
 /// The rank-0 rows of `batch` (whole keys in the layout, any extra columns
 /// such as `__cells` kept alongside).
