@@ -88,7 +88,7 @@ impl Database {
                 numeric_dictionary_bytes: options.numeric_dictionary_bytes,
                 cells: options.row_cells,
                 relative_versions: options.relative_versions,
-                newest_rows: options.row_cells && !options.older_version_rows,
+                newest_rows: !options.older_version_rows,
                 value_zstd: None,
                 value_page_bytes: options.compacted_page_bytes,
                 value_lz4: options.value_compression == crate::options::ValueCompression::Lz4,

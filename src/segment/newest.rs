@@ -25,11 +25,9 @@
 //! of the full layout of the same keys, and `__cells` is what it would be
 //! there; [`with_older_versions`] returns exactly the full layout.
 
-use std::sync::Arc;
-
 use arrow::array::{Array, AsArray, RecordBatch, UInt16Array};
 use arrow::compute::{filter_record_batch, interleave_record_batch};
-use arrow::datatypes::{DataType, Schema, UInt16Type};
+use arrow::datatypes::UInt16Type;
 
 use super::cells::{decode_cells, ranks};
 use super::format;
@@ -51,7 +49,7 @@ pub(crate) fn keep_newest(batch: &RecordBatch) -> Result<RecordBatch> {
 /// The full layout (every rank of every key, no `__cells`) of a batch read
 /// from a newest-rows file with every column, `__cells` included, and its
 /// versions absolute. `columns`: the file's attribute columns and the
-/// value types they hold (its manifest entry).
+/// value types they hold, in the file's order (its manifest entry).
 pub(crate) fn with_older_versions(
     batch: &RecordBatch,
     table: &TableSchema,
@@ -65,19 +63,11 @@ pub(crate) fn with_older_versions(
         .column(at)
         .as_binary_opt::<i32>()
         .ok_or_else(|| Error::corruption("__cells is not binary"))?;
-    let mut fields = schema.fields().to_vec();
-    fields.remove(at);
-    let out_schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
-    let mut cols = batch.columns().to_vec();
-    cols.remove(at);
-    let rows = RecordBatch::try_new(out_schema.clone(), cols)?;
-    // The attribute columns in file order: what a `__cells` index names.
-    let names: Vec<String> = out_schema
-        .fields()
-        .iter()
-        .filter(|f| matches!(f.data_type(), DataType::Struct(_)) && !f.name().starts_with("__"))
-        .map(|f| f.name().clone())
-        .collect();
+    let others: Vec<usize> = (0..schema.fields().len()).filter(|&i| i != at).collect();
+    let rows = batch.project(&others)?;
+    let out_schema = rows.schema();
+    // The file's attribute columns, in the order a `__cells` index names.
+    let names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
     let pk = format::column(&rows, format::PK)?.as_binary::<i32>();
     // Keys of several versions, decoded; every key's rows as (source,
     // row): 0 the batch as read, 1 those keys encoded again.
@@ -115,6 +105,7 @@ mod tests {
     use crate::model::key::{KeyRange, encode_integer};
     use crate::model::row::{ColumnState, RowState};
     use crate::model::types::{PkType, Value};
+    use arrow::datatypes::DataType;
 
     fn state(versions: &[(i64, f64)], note: Option<&str>) -> RowState {
         let mut st = RowState {
