@@ -7,15 +7,26 @@
 //! before (2) leaves an unreferenced file (ignored) and the WAL replays the
 //! writes; after (2), replay skips them.
 //!
+//! A memtable whose keys lie mostly above every key on disk (keys written
+//! in ascending order: time series, auto-increment keys, sorted loads),
+//! but not all of them (writes in flight when the previous memtable froze),
+//! is written as three segments of one run ([`pieces`]): the few keys at or
+//! below the table's highest, the bulk, and a short tail. The next such
+//! flush then overlaps only this one's tail, so compaction merges the small
+//! pieces and carries the bulk into its run without rewriting it.
+//!
 //! Invariant: a memtable leaves the table's state only after the manifest
-//! naming its segment is durable, so every write is always in a memtable,
-//! a committed segment, or both. See `docs/architecture.md`.
+//! naming its segments is durable, so every write is always in a memtable,
+//! a committed segment, or both. The segments of one flush do not overlap
+//! each other. See `docs/architecture.md`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
-use crate::segment::SegmentBuilder;
+use crate::memtable::Memtable;
+use crate::model::key::{KeyRange, key_successor};
+use crate::segment::{SegmentBuilder, SegmentMeta};
 use crate::state::TableInner;
 use crate::storage::{SpillSink, Storage};
 
@@ -40,37 +51,55 @@ pub(crate) async fn flush_frozen(
         if table.dropped.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut new_segment = None;
+        let mut new_segments: Vec<SegmentMeta> = Vec::new();
         if !mem.is_empty() {
             let schema = table.schema.clone();
             let seq_range = (mem.min_seq().unwrap_or(0), mem.max_seq());
             let opts = storage.segment_options;
-            let mem2 = mem.clone();
-            // Reserve an id: the next manifest version records the counter;
-            // a crash before that leaves an orphan that the next open deletes.
-            let id = table.reserve_segment_id().await;
-            let path = format!("tables/{}/segments/{:020}.parquet", table.id, id);
-            let (store, rt, path2) = (storage.clone(), tokio::runtime::Handle::current(), path.clone());
-            let (size, mut meta) = tokio::task::spawn_blocking(move || {
-                // A large file streams to the store as it is encoded, as
-                // compaction outputs do, rather than being held whole
-                // beside the memtable it encodes (33 MB of a 2M-row load's
-                // heap peak).
-                let sink = SpillSink::new(&store, &path2, &rt);
-                // Frozen: no more writes come, so fold straight from it.
-                let mut b = SegmentBuilder::with_sink(sink, &schema, mem2.columns(), opts, mem2.key_count())?;
-                mem2.for_each_key(|k, w| b.push_writes(k, w))?;
-                let (sink, meta) = b.finish_into(seq_range)?;
-                Ok::<_, Error>((sink.finish()?, meta))
+            let top = table.state.read().segments.iter().map(|s| s.max_key.clone()).max();
+            let cuts = pieces(top.as_deref(), &mem);
+            // Reserve the ids: the next manifest version records the
+            // counter; a crash before that leaves orphans that the next open
+            // deletes.
+            let mut ids = Vec::with_capacity(cuts.len());
+            for _ in &cuts {
+                ids.push(table.reserve_segment_id().await);
+            }
+            let path = |id: u64| format!("tables/{}/segments/{:020}.parquet", table.id, id);
+            let paths: Vec<String> = ids.iter().map(|&id| path(id)).collect();
+            let (store, rt, mem2) = (storage.clone(), tokio::runtime::Handle::current(), mem.clone());
+            let written = tokio::task::spawn_blocking(move || {
+                let mut written = Vec::with_capacity(cuts.len());
+                for ((range, keys), path) in cuts.iter().zip(&paths) {
+                    // A large file streams to the store as it is encoded,
+                    // as compaction outputs do, rather than being held whole
+                    // beside the memtable it encodes (33 MB of a 2M-row
+                    // load's heap peak).
+                    let sink = SpillSink::new(&store, path, &rt);
+                    let mut b = SegmentBuilder::with_sink(sink, &schema, mem2.columns(), opts, *keys)?;
+                    // Frozen: no more writes come, so fold straight from it.
+                    mem2.for_each_changed(range, None, 0, u64::MAX, |k, w| b.push_writes(k, w).map(|()| true))?;
+                    let (sink, meta) = b.finish_into(seq_range)?;
+                    written.push((sink.finish()?, meta));
+                }
+                Ok::<_, Error>(written)
             })
             .await
             .map_err(|e| Error::io("flush task", e))??;
-            meta.id = id;
-            meta.path = path;
-            meta.size_bytes = size;
+            // The pieces of one memtable form one run (a single segment is
+            // a run of its own, as flushes always wrote them).
+            let run = (ids.len() > 1).then_some(ids[0]);
+            for ((size, meta), id) in written.into_iter().zip(ids) {
+                table.stats.flush_bytes.fetch_add(size, Ordering::Relaxed);
+                new_segments.push(SegmentMeta {
+                    id,
+                    path: path(id),
+                    size_bytes: size,
+                    run,
+                    ..meta
+                });
+            }
             crate::crash_point::hit("flush.segment_written");
-            table.stats.flush_bytes.fetch_add(size, Ordering::Relaxed);
-            new_segment = Some(meta);
         }
         table
             .commit_manifest(
@@ -78,22 +107,140 @@ pub(crate) async fn flush_frozen(
                 "flush.committed",
                 |next| {
                     next.flushed_seq = next.flushed_seq.max(mem.max_seq());
-                    if let Some(meta) = &new_segment {
-                        next.segments.push(meta.clone());
-                    }
+                    next.segments.extend(new_segments.iter().cloned());
                     table.stats.flushes.fetch_add(1, Ordering::Relaxed);
                     Ok(true)
                 },
                 |st| {
                     st.immutables.retain(|m| !Arc::ptr_eq(m, &mem));
-                    if let Some(meta) = new_segment.clone() {
+                    if !new_segments.is_empty() {
                         let mut segs = (*st.segments).clone();
-                        segs.push(storage.open_segment(meta));
+                        segs.extend(new_segments.iter().map(|m| storage.open_segment(m.clone())));
                         st.segments = Arc::new(segs);
                     }
                 },
             )
             .await?;
         flushed();
+    }
+}
+
+/// A memtable of fewer keys is flushed whole.
+const SPLIT_KEYS: usize = 16;
+
+/// The key ranges a flush writes `mem` into, each a segment, with their key
+/// counts, in key order.
+///
+/// Keys written in ascending order by several writers reach the memtable
+/// slightly out of order: a write in flight when the previous memtable
+/// froze lands in this one, at or below `top`, the highest key of the
+/// table's segments (`None`: it has none). When some keys do, and they are
+/// at most an eighth of the memtable's, the memtable is cut at `top`, and
+/// the last keys above it, four times as many as lay below (at least a
+/// sixty-fourth of them, at most a quarter), make a tail piece: the next
+/// flush's crossing writes then overlap only that tail. Otherwise (no key
+/// below `top`, or keys written anywhere) the memtable is one segment.
+fn pieces(top: Option<&[u8]>, mem: &Memtable) -> Vec<(KeyRange, usize)> {
+    let n = mem.key_count();
+    let whole = vec![(KeyRange::all(), n)];
+    let Some(top) = top.filter(|_| n >= SPLIT_KEYS) else {
+        return whole;
+    };
+    let above = key_successor(top);
+    let below = mem.key_count_in(
+        &KeyRange {
+            lo: Vec::new(),
+            hi: Some(above.clone()),
+        },
+        usize::MAX,
+    );
+    if below == 0 || below * 8 > n {
+        return whole;
+    }
+    let low = KeyRange {
+        lo: Vec::new(),
+        hi: Some(above.clone()),
+    };
+    let high = n - below;
+    let tail = (4 * below).max(high / 64).min(high / 4);
+    match mem.nth_key(n - tail).filter(|_| tail > 0) {
+        Some(tail_start) => vec![
+            (low, below),
+            (
+                KeyRange {
+                    lo: above,
+                    hi: Some(tail_start.clone()),
+                },
+                high - tail,
+            ),
+            (
+                KeyRange {
+                    lo: tail_start,
+                    hi: None,
+                },
+                tail,
+            ),
+        ],
+        None => vec![(low, below), (KeyRange { lo: above, hi: None }, high)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::row::Mutation;
+
+    fn mem_of(keys: impl Iterator<Item = u32>) -> Memtable {
+        let mem = Memtable::new();
+        for (seq, k) in keys.enumerate() {
+            let m = Mutation::Put {
+                row_ts: None,
+                cells: vec![("n".into(), 1, crate::model::types::Value::Integer(k.into()))],
+            };
+            mem.insert(k.to_be_bytes().to_vec(), seq as u64 + 1, m);
+        }
+        mem
+    }
+
+    fn cuts(top: Option<u32>, mem: &Memtable) -> Vec<(Option<u32>, Option<u32>, usize)> {
+        let top = top.map(|t| t.to_be_bytes().to_vec());
+        let key = |k: &[u8]| (k.len() == 4).then(|| u32::from_be_bytes(k.try_into().unwrap()));
+        pieces(top.as_deref(), mem)
+            .into_iter()
+            .map(|(r, n)| {
+                // Each range holds exactly the keys it says.
+                assert_eq!(mem.key_count_in(&r, usize::MAX), n);
+                (key(&r.lo), r.hi.as_deref().and_then(key), n)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keys_below_the_top_are_cut_off_with_a_tail() {
+        // Writes in flight at the last freeze: the keys at or below the top
+        // make a piece of their own (the top's successor is 5 bytes, shown
+        // as `None`), and the last 4 x 5 keys a tail.
+        let mem = mem_of((95..100).chain(200..360));
+        assert_eq!(
+            cuts(Some(99), &mem),
+            vec![(None, None, 5), (None, Some(340), 140), (Some(340), None, 20)]
+        );
+        // One key below: the tail is a sixty-fourth of the keys above.
+        let mem = mem_of((99..100).chain(200..456));
+        assert_eq!(
+            cuts(Some(99), &mem),
+            vec![(None, None, 1), (None, Some(452), 252), (Some(452), None, 4)]
+        );
+        // Nothing below the top, an empty table, keys written anywhere, or
+        // too few keys: one segment.
+        for (top, mem) in [
+            (Some(99), mem_of(200..360)),
+            (None, mem_of(0..200)),
+            (Some(99), mem_of((0..40).chain(200..360))),
+            (Some(99), mem_of((95..100).chain(200..205))),
+        ] {
+            let n = mem.key_count();
+            assert_eq!(cuts(top, &mem), vec![(None, None, n)]);
+        }
     }
 }

@@ -59,6 +59,8 @@ pub(crate) struct Counters {
     pub compactions: u64,
     pub compaction_bytes: u64,
     pub compaction_read_bytes: u64,
+    #[serde(default)]
+    pub compaction_moved_bytes: u64,
 }
 
 pub(crate) struct ManifestLog {

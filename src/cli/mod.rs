@@ -507,6 +507,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     "compactions": s.compactions,
                     "compaction_bytes": s.compaction_bytes,
                     "compaction_read_bytes": s.compaction_read_bytes,
+                    "compaction_moved_bytes": s.compaction_moved_bytes,
                     "stall_micros": db.stall_micros(),
                     "mapped_page_releases": db.mapped_page_releases(),
                     "last_flush_error": s.last_flush_error,

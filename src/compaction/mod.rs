@@ -22,6 +22,15 @@
 //!   key only when no segment older than the inputs covers that key;
 //!   otherwise they stay, or deleted data would come back.
 //!
+//! An automatic compaction rewrites only the segments of its span that
+//! overlap another one of the span, group by group; a segment that
+//! overlaps none joins the output run as it is, in the manifest alone
+//! (RocksDB's "trivial move", per segment). Keys written in ascending
+//! order are then flushed, and compacted, almost without rewriting (see
+//! `crate::flush`). What a carried segment holds past the TTL or
+//! `max_versions` stays on disk until a compaction rewrites it (reads
+//! never show it); a full compaction rewrites every segment.
+//!
 //! Inputs are merged column-wise ([`merge`]): keys one input alone
 //! holds are copied without decoding, the rest folded with the rules reads
 //! use. Output rows stream into a segment builder whose file streams to the
@@ -54,7 +63,7 @@ use object_store::ObjectStoreExt;
 use self::garbage::{GcRules, covered};
 use self::merge::ColumnarMerge;
 use self::output::OutputWriter;
-pub(crate) use self::policy::{Pick, Policy, choose};
+pub(crate) use self::policy::{Pick, Policy, Rewrite, choose};
 use crate::error::{Error, Result};
 use crate::model::schema::TableOptions;
 use crate::model::types::TypeSet;
@@ -95,7 +104,7 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
     }
     let options = *table.options.read();
     let cutoff = options.ttl_cutoff_ms(p.now_ms);
-    let (segs, span, _busy) = {
+    let (segs, (span, rewrite), _busy) = {
         let mut busy = table.compacting.lock();
         let segs = table.state.read().segments.clone();
         // Runs a running compaction merges are not free, nor older ones
@@ -107,14 +116,13 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
         let span = match pick {
             Pick::Full | Pick::Newest(_) => choose(&segs, pick, p.policy, cutoff),
             Pick::CatchUp if runs(&segs).len() <= p.policy.max_runs => None,
-            Pick::Auto | Pick::CatchUp => {
-                choose(&segs[free..], pick, p.policy, cutoff).map(|r| r.start + free..r.end + free)
-            }
+            Pick::Auto | Pick::CatchUp => choose(&segs[free..], pick, p.policy, cutoff)
+                .map(|(r, rewrite)| (r.start + free..r.end + free, rewrite)),
         };
         let Some(span) = span else {
             return Ok(false);
         };
-        let ids: Vec<u64> = segs[span.clone()].iter().map(|s| s.meta.id).collect();
+        let ids: Vec<u64> = segs[span.0.clone()].iter().map(|s| s.meta.id).collect();
         busy.extend(ids.iter().copied());
         (
             segs,
@@ -126,21 +134,44 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
         )
     };
     let inputs: Vec<Arc<Segment>> = segs[span.clone()].to_vec();
-    // The outputs are at most the inputs' size; they must not take the
-    // space acknowledged writes need to reach a segment.
-    let input_bytes = inputs.iter().map(|s| s.meta.size_bytes).sum();
+    let groups = match rewrite {
+        Rewrite::All => vec![(0..inputs.len()).collect()],
+        Rewrite::Overlapping => {
+            let spans: Vec<(&[u8], &[u8])> = inputs
+                .iter()
+                .map(|s| (s.min_key.as_slice(), s.max_key.as_slice()))
+                .collect();
+            policy::overlap_groups(&spans)
+        }
+    };
+    let (merged, carried): (Vec<Vec<usize>>, Vec<Vec<usize>>) =
+        groups.into_iter().partition(|g| g.len() > 1 || rewrite == Rewrite::All);
+    let carried: Vec<Arc<Segment>> = carried.iter().map(|g| inputs[g[0]].clone()).collect();
+    // The outputs are at most the merged inputs' size; they must not take
+    // the space acknowledged writes need to reach a segment.
+    let input_bytes = merged.iter().flatten().map(|&i| inputs[i].meta.size_bytes).sum();
     let _room = p.storage.reserve_for_compaction(input_bytes, p.keep_free_bytes)?;
+    // One run for the outputs and the segments carried into it; any id no
+    // other run has will do.
+    let run = table.reserve_segment_id().await;
     let older = covered(&segs[..span.start]);
     let mut outputs: Vec<SegmentMeta> = Vec::new();
-    let merged = merge(table, &inputs, older, &options, cutoff, p, &mut outputs).await;
-    let committed = match merged {
-        Ok(true) => commit(table, &inputs, &options, &mut outputs, p.storage).await,
-        Ok(false) => Ok(false),
-        Err(e) => Err(e),
+    let mut result = Ok(true);
+    for group in &merged {
+        let group: Vec<Arc<Segment>> = group.iter().map(|&i| inputs[i].clone()).collect();
+        result = merge(table, &group, run, older.clone(), &options, cutoff, p, &mut outputs).await;
+        if !matches!(result, Ok(true)) {
+            break;
+        }
+    }
+    let committed = match result {
+        Ok(true) => commit(table, &inputs, &carried, run, &options, &mut outputs, p.storage).await,
+        other => other,
     };
     if !matches!(committed, Ok(true)) {
         // Nothing references the outputs: remove them (an open also deletes
-        // files no manifest names, should this fail).
+        // files no manifest names, should this fail). Carried segments are
+        // not outputs: they stay where the manifest has them.
         for m in &outputs {
             let _ = p
                 .storage
@@ -170,9 +201,11 @@ impl Drop for BusyIds {
 
 /// Merges `inputs` into new segment files (listed in `outputs` as they are
 /// written). False: cancelled.
+#[allow(clippy::too_many_arguments)]
 async fn merge(
     table: &Arc<TableInner>,
     inputs: &[Arc<Segment>],
+    run: u64,
     older: Vec<(Vec<u8>, Vec<u8>)>,
     options: &TableOptions,
     cutoff: i64,
@@ -200,6 +233,7 @@ async fn merge(
         columns,
         expected_keys: inputs.iter().map(|s| s.meta.num_keys as usize).sum(),
         output_bytes: p.output_bytes,
+        run,
         seq_range: (
             inputs.iter().map(|s| s.meta.min_seq).min().unwrap_or(0),
             inputs.iter().map(|s| s.meta.max_seq).max().unwrap_or(0),
@@ -226,19 +260,41 @@ async fn merge(
     result
 }
 
-/// Swaps `inputs` for `outputs` in a new manifest version, then in memory.
+/// What takes the inputs' place in a compaction's commit.
+enum Placed {
+    /// An output file (its index among the outputs).
+    Written(usize),
+    /// An input carried into the output run as it is.
+    Carried(Arc<Segment>),
+}
+
+/// Swaps `inputs` for `outputs` and the `carried` inputs, all in run
+/// `run` and in key order, in a new manifest version, then in memory.
 /// False (nothing changed) when the table was dropped or its options were
 /// changed since the merge started (it may have dropped versions the new
 /// options show; the next compaction redoes it).
 async fn commit(
     table: &Arc<TableInner>,
     inputs: &[Arc<Segment>],
+    carried: &[Arc<Segment>],
+    run: u64,
     options: &TableOptions,
     outputs: &mut [SegmentMeta],
     storage: &Storage,
 ) -> Result<bool> {
     crate::crash_point::hit("compaction.outputs_written");
     let input_ids: HashSet<u64> = inputs.iter().map(|s| s.meta.id).collect();
+    let carried_ids: HashSet<u64> = carried.iter().map(|s| s.meta.id).collect();
+    // What takes the inputs' place, in key order (the groups do not
+    // overlap, nor do the outputs of one group): new files, or segments
+    // carried over as they are.
+    let mut placed: Vec<(Vec<u8>, Placed)> = outputs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.key_bounds().0, Placed::Written(i)))
+        .chain(carried.iter().map(|s| (s.min_key.clone(), Placed::Carried(s.clone()))))
+        .collect();
+    placed.sort_by(|a, b| a.0.cmp(&b.0));
     let committed = table
         .commit_manifest(
             storage,
@@ -253,22 +309,41 @@ async fn commit(
                     .position(|s| input_ids.contains(&s.id))
                     .ok_or_else(|| Error::corruption("compaction inputs are missing from the manifest"))?;
                 next.segments.retain(|s| !input_ids.contains(&s.id));
-                next.segments.splice(pos..pos, outputs.iter().cloned());
-                let read: u64 = inputs.iter().map(|s| s.meta.size_bytes).sum();
+                let metas = placed.iter().map(|(_, p)| match p {
+                    Placed::Written(i) => outputs[*i].clone(),
+                    Placed::Carried(s) => SegmentMeta {
+                        run: Some(run),
+                        ..s.meta.clone()
+                    },
+                });
+                next.segments.splice(pos..pos, metas);
+                let read: u64 = inputs
+                    .iter()
+                    .filter(|s| !carried_ids.contains(&s.meta.id))
+                    .map(|s| s.meta.size_bytes)
+                    .sum();
+                let moved: u64 = carried.iter().map(|s| s.meta.size_bytes).sum();
                 table.stats.compaction_read_bytes.fetch_add(read, Ordering::Relaxed);
+                table.stats.compaction_moved_bytes.fetch_add(moved, Ordering::Relaxed);
                 table.stats.compactions.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             },
             |st| {
                 // The outputs take the place of the first input.
                 let mut segs: Vec<Arc<Segment>> = Vec::with_capacity(st.segments.len());
-                let mut placed = false;
+                let mut done = false;
                 for s in st.segments.iter() {
                     if !input_ids.contains(&s.meta.id) {
                         segs.push(s.clone());
-                    } else if !placed {
-                        segs.extend(outputs.iter().map(|m| storage.open_segment(m.clone())));
-                        placed = true;
+                    } else if !done {
+                        segs.extend(placed.iter().map(|(_, p)| match p {
+                            Placed::Written(i) => storage.open_segment(outputs[*i].clone()),
+                            Placed::Carried(s) => {
+                                s.join_run(run);
+                                s.clone()
+                            }
+                        }));
+                        done = true;
                     }
                 }
                 st.segments = Arc::new(segs);
@@ -277,7 +352,7 @@ async fn commit(
         .await?;
     if committed {
         // Inputs are deleted once the last reader holding them lets go.
-        for seg in inputs {
+        for seg in inputs.iter().filter(|s| !carried_ids.contains(&s.meta.id)) {
             seg.mark_obsolete();
         }
     }

@@ -31,6 +31,8 @@ pub(super) struct OutputWriter {
     pub columns: Vec<(String, TypeSet)>,
     pub expected_keys: usize,
     pub output_bytes: usize,
+    /// The run the outputs join.
+    pub run: u64,
     pub seq_range: (u64, u64),
     pub cancel: Option<Arc<AtomicBool>>,
 }
@@ -64,7 +66,6 @@ impl OutputWriter {
         written: &mut Vec<SegmentMeta>,
         builder: &mut Option<OpenOutput>,
     ) -> Result<bool> {
-        let mut run: Option<u64> = None;
         loop {
             if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Acquire))
                 || self.table.dropped.load(Ordering::Acquire)
@@ -92,7 +93,7 @@ impl OutputWriter {
                             self.storage.compaction_options(),
                             self.expected_keys,
                         )?;
-                        builder.insert((b, (id, path, *run.get_or_insert(id))))
+                        builder.insert((b, (id, path, self.run)))
                     }
                 };
                 b.push_batch(&one_seq(batch, self.seq_range.1)?)?;

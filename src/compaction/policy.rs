@@ -7,9 +7,18 @@
 //! would complete it. Past `max_runs` runs it also merges runs that are not
 //! alike.
 //!
+//! An automatic compaction rewrites only the segments of its span that
+//! overlap another one of the span ([`overlap_groups`]); the others join
+//! the output run as they are. Rows written in key order (time series,
+//! auto-increment keys, bulk loads of sorted files) then cost almost no
+//! rewriting: each flush's segments overlap the previous flush's only
+//! where writes in flight crossed the flush (see `crate::flush`). A full
+//! or manual compaction, and one that drops expired segments, rewrites
+//! every segment.
+//!
 //! Invariant: a chosen span is contiguous and ends at the newest segment
 //! given, so merging it keeps the order between its inputs and every other
-//! segment.
+//! segment; the groups of a span do not overlap one another.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -48,16 +57,32 @@ pub(crate) struct Policy {
 /// times the size of the group's largest run.
 const SIMILAR: u64 = 2;
 
-/// The span of `segs` to merge, if any.
-pub(crate) fn choose(segs: &[Arc<Segment>], pick: Pick, policy: Policy, cutoff: i64) -> Option<Range<usize>> {
+/// Which segments of a chosen span a compaction rewrites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rewrite {
+    /// Every one: what is past the TTL and `max_versions`, and tombstones
+    /// nothing older needs, leave the disk.
+    All,
+    /// Only those that overlap another segment of the span; the rest join
+    /// the output run unchanged.
+    Overlapping,
+}
+
+/// The span of `segs` to compact, if any, and how.
+pub(crate) fn choose(
+    segs: &[Arc<Segment>],
+    pick: Pick,
+    policy: Policy,
+    cutoff: i64,
+) -> Option<(Range<usize>, Rewrite)> {
     if segs.is_empty() {
         return None;
     }
     let runs = runs(segs);
     let from_run = |k: usize| runs[runs.len() - k].start..segs.len();
     match pick {
-        Pick::Full => Some(0..segs.len()),
-        Pick::Newest(n) => (n >= 1).then(|| from_run(n.min(runs.len()))),
+        Pick::Full => Some((0..segs.len(), Rewrite::All)),
+        Pick::Newest(n) => (n >= 1).then(|| (from_run(n.min(runs.len())), Rewrite::All)),
         Pick::Auto | Pick::CatchUp => {
             // A segment whose every value has expired: a full merge drops
             // it (older sources may hold what its tombstones mask).
@@ -66,7 +91,7 @@ pub(crate) fn choose(segs: &[Arc<Segment>], pick: Pick, policy: Policy, cutoff: 
                     .iter()
                     .any(|s| s.meta.max_ts.is_some_and(|t| t > i64::MIN && t < cutoff))
             {
-                return Some(0..segs.len());
+                return Some((0..segs.len(), Rewrite::All));
             }
             let sizes: Vec<u64> = runs
                 .iter()
@@ -79,9 +104,35 @@ pub(crate) fn choose(segs: &[Arc<Segment>], pick: Pick, policy: Policy, cutoff: 
                 let too_many = pick == Pick::CatchUp || runs.len() > policy.max_runs;
                 (too_many && runs.len() >= width).then(|| balanced(&sizes, width))
             })?;
-            Some(from_run(k))
+            Some((from_run(k), Rewrite::Overlapping))
         }
     }
+}
+
+/// The key spans `spans` (closed, of a compaction's inputs, oldest first)
+/// in groups that overlap transitively, each group's members in list
+/// order, the groups in key order. A group of one overlaps no other span.
+pub(crate) fn overlap_groups(spans: &[(&[u8], &[u8])]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by(|&a, &b| spans[a].0.cmp(spans[b].0));
+    let mut groups: Vec<(&[u8], Vec<usize>)> = Vec::new();
+    for i in order {
+        let (min, max) = spans[i];
+        match groups.last_mut() {
+            Some((end, members)) if min <= *end => {
+                *end = (*end).max(max);
+                members.push(i);
+            }
+            _ => groups.push((max, vec![i])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, mut members)| {
+            members.sort_unstable();
+            members
+        })
+        .collect()
 }
 
 /// Size-tiered merging: how many of the newest runs (sizes oldest first)
@@ -165,6 +216,24 @@ mod tests {
         // The fallback merges the balanced newest span, at least two runs.
         assert_eq!(balanced(&[800, 400, 100, 60, 40], 4), 3);
         assert_eq!(balanced(&[800, 400, 100, 10], 4), 2);
+    }
+
+    #[test]
+    fn overlap_groups_join_spans_that_overlap_transitively() {
+        let spans: Vec<(&[u8], &[u8])> = vec![
+            (b"m", b"p"), // 0: shares its end key with 3
+            (b"a", b"c"), // 1: alone
+            (b"q", b"t"), // 2: overlaps 4
+            (b"d", b"m"), // 3
+            (b"s", b"z"), // 4
+            (b"n", b"n"), // 5: inside 0
+        ];
+        assert_eq!(overlap_groups(&spans), vec![vec![1], vec![0, 3, 5], vec![2, 4]]);
+        // Flushes of keys written in order: each overlaps the one before
+        // only where writes in flight crossed the flush.
+        let spans: Vec<(&[u8], &[u8])> = vec![(b"a", b"f"), (b"g", b"h"), (b"gz", b"gz"), (b"i", b"p")];
+        assert_eq!(overlap_groups(&spans), vec![vec![0], vec![1, 2], vec![3]]);
+        assert!(overlap_groups(&[]).is_empty());
     }
 
     /// Flushes of one size, each followed by the merges the policy asks

@@ -53,6 +53,10 @@ pub struct TableStats {
     pub compaction_bytes: u64,
     /// Bytes of segments compactions merged.
     pub compaction_read_bytes: u64,
+    /// Bytes of segments compactions carried into their output run as they
+    /// were: they overlapped no other segment the compaction took (keys
+    /// written in order).
+    pub compaction_moved_bytes: u64,
     /// Sorted runs the segments form (reads merge across runs).
     pub runs: usize,
     /// Time writers of the whole database spent stalled (write buffer full
@@ -333,6 +337,7 @@ impl Table {
             compactions: self.inner.stats.compactions.load(Relaxed),
             compaction_bytes: self.inner.stats.compaction_bytes.load(Relaxed),
             compaction_read_bytes: self.inner.stats.compaction_read_bytes.load(Relaxed),
+            compaction_moved_bytes: self.inner.stats.compaction_moved_bytes.load(Relaxed),
             runs: crate::state::runs(&st.segments).len(),
             write_stall_micros: self.db.shared().stall_micros.load(Relaxed),
             scan_overlay_builds: self.inner.stats.overlay_builds.load(Relaxed),

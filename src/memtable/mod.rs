@@ -63,7 +63,7 @@ pub(crate) struct Memtable {
     attachments: parking_lot::Mutex<std::collections::HashMap<(TypeId, String), Arc<dyn Any + Send + Sync>>>,
 }
 
-/// What a flush reads for one key (see [`Memtable::for_each_key`]).
+/// What a flush reads for one key (see [`Memtable::for_each_changed`]).
 pub(crate) type MemWrites<'a> = KeyWrites<'a, MemCells<'a>>;
 
 /// The cells of a PutRow as a flush reads them: the write's own cells, or
@@ -262,18 +262,12 @@ impl Memtable {
             .collect()
     }
 
-    /// Calls `f` for every key in order with what a flush writes for it (no
-    /// snapshot limit), without copying the memtable. A key whose newest
-    /// write is a PutRow is handed over as that write (it alone decides the
-    /// row); any other is folded into a [`RowState`].
-    pub fn for_each_key(&self, mut f: impl FnMut(&[u8], MemWrites<'_>) -> Result<()>) -> Result<()> {
-        self.for_each_changed(&KeyRange::all(), None, 0, u64::MAX, |k, w| f(k, w).map(|()| true))
-            .map(|_| ())
-    }
-
-    /// [`Memtable::for_each_key`] over the keys [`Memtable::keys_changed`]
+    /// Calls `f` for every key in order that [`Memtable::keys_changed`]
     /// lists, strictly after `resume` when given, with their writes up to
-    /// `snapshot`. `f` returns false to stop after the key it was given;
+    /// `snapshot`, without copying the memtable (a flush: the whole range,
+    /// no snapshot limit). A key whose newest write is a PutRow is handed
+    /// over as that write (it alone decides the row); any other is folded
+    /// into a [`RowState`]. `f` returns false to stop after the key it was given;
     /// returns that key (`None` when every key was visited). The memtable
     /// is read-locked while `f` runs, so callers stop now and then to let
     /// writers in.
@@ -360,6 +354,11 @@ impl Memtable {
             .range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
             .take(cap)
             .count()
+    }
+
+    /// The key `n` keys after the smallest (`None` past the last).
+    pub fn nth_key(&self, n: usize) -> Option<Vec<u8>> {
+        self.map.read().keys.keys().nth(n).cloned()
     }
 
     pub fn key_count(&self) -> usize {

@@ -38,7 +38,7 @@ pub(crate) use scan::{RowSpan, SegmentCursor, decode_batch, pages_overlapping};
 pub(crate) use versions::SegmentBatchStream;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -134,7 +134,13 @@ impl ReadChecks {
 
 /// An open segment: its metadata plus the lazily loaded Parquet footer.
 pub(crate) struct Segment {
+    /// What the segment was opened with; its run may have changed since
+    /// (see [`Segment::run_id`]).
     pub meta: SegmentMeta,
+    /// The sorted run the segment belongs to now: a compaction can carry a
+    /// segment into its output run without rewriting it, and only the
+    /// manifest (and this) record that.
+    run: AtomicU64,
     pub min_key: Vec<u8>,
     pub max_key: Vec<u8>,
     store: Arc<dyn ObjectStore>,
@@ -211,6 +217,7 @@ impl Segment {
     ) -> Self {
         let (min_key, max_key) = meta.key_bounds();
         Segment {
+            run: AtomicU64::new(meta.run_id()),
             local_path: local_root.map(|r| r.join(&meta.path)),
             local_file: std::sync::OnceLock::new(),
             meta,
@@ -283,6 +290,18 @@ impl Segment {
         self.attribute_names
             .get_or_init(|| Arc::new(cells::attribute_names(md.file_metadata().schema_descr())))
             .clone()
+    }
+
+    /// The sorted run the segment belongs to (`meta.run` is the one it was
+    /// opened with).
+    pub fn run_id(&self) -> u64 {
+        self.run.load(Ordering::Acquire)
+    }
+
+    /// Moves the segment into `run`, once a manifest version saying so is
+    /// durable.
+    pub(crate) fn join_run(&self, run: u64) {
+        self.run.store(run, Ordering::Release);
     }
 
     pub fn mark_obsolete(&self) {

@@ -185,6 +185,9 @@ pub(crate) struct TableCounters {
     pub compaction_bytes: AtomicU64,
     /// Bytes of segments compactions merged (their inputs).
     pub compaction_read_bytes: AtomicU64,
+    /// Bytes of segments compactions carried into their output run
+    /// without rewriting them.
+    pub compaction_moved_bytes: AtomicU64,
     /// Memtable overlays built by scans (not persisted).
     pub overlay_builds: AtomicU64,
     /// Overlays extended by the keys written since they were built.
@@ -223,6 +226,7 @@ impl TableCounters {
             compactions: AtomicU64::new(c.compactions),
             compaction_bytes: AtomicU64::new(c.compaction_bytes),
             compaction_read_bytes: AtomicU64::new(c.compaction_read_bytes),
+            compaction_moved_bytes: AtomicU64::new(c.compaction_moved_bytes),
             overlay_builds: AtomicU64::new(0),
             overlay_extensions: AtomicU64::new(0),
             overlay_laid_over: AtomicU64::new(0),
@@ -238,6 +242,7 @@ impl TableCounters {
             compactions: self.compactions.load(Ordering::Relaxed),
             compaction_bytes: self.compaction_bytes.load(Ordering::Relaxed),
             compaction_read_bytes: self.compaction_read_bytes.load(Ordering::Relaxed),
+            compaction_moved_bytes: self.compaction_moved_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -356,14 +361,15 @@ impl TableInner {
     }
 }
 
-/// The sorted runs of a segment list (oldest first) as index spans: a
-/// flushed segment is a run of its own; the outputs of one compaction form
-/// one run (they do not overlap each other).
+/// The sorted runs of a segment list (oldest first) as index spans: the
+/// segments of one flush form a run, and the outputs of one compaction
+/// with the segments it carried over unchanged (none of them overlap each
+/// other).
 pub(crate) fn runs(segs: &[Arc<Segment>]) -> Vec<Range<usize>> {
     let mut out: Vec<Range<usize>> = Vec::new();
     for (i, s) in segs.iter().enumerate() {
         match out.last_mut() {
-            Some(r) if segs[r.start].meta.run_id() == s.meta.run_id() => r.end = i + 1,
+            Some(r) if segs[r.start].run_id() == s.run_id() => r.end = i + 1,
             _ => out.push(i..i + 1),
         }
     }

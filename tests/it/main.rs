@@ -18,6 +18,7 @@ mod filters;
 mod fuzz_corpus;
 mod gap_overlays;
 mod golden;
+mod key_order;
 mod limits;
 mod model;
 mod ordered_scans;

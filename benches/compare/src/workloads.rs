@@ -280,6 +280,9 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
         let t = load(&*e, &data, &order, &format!("{name} {what}"), sizes.load_cap)?;
         let whole = t.stopped_of.is_none();
         let mut j = t.json(what);
+        if std::env::var_os("COMPARE_TRACE").is_some() {
+            eprintln!("after {what}: {}", e.trace());
+        }
         drop(e);
         j["bytes_on_disk"] = json!(engines::dir_bytes(dir.path()));
         results.push(j);

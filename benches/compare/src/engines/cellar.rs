@@ -185,13 +185,18 @@ impl Engine for CellarEngine {
     fn trace(&self) -> String {
         let s = self.table().stats();
         format!(
-            "segments {} runs {} memtable {} B frozen {} flushes {} compactions {} overlay builds {} extensions {}",
+            "segments {} runs {} memtable {} B frozen {} flushes {} ({} MB) compactions {} (read {} MB, wrote {} MB) \
+             stalled {:.1} s overlay builds {} extensions {}",
             s.segments,
             s.runs,
             s.memtable_bytes,
             s.frozen_memtables,
             s.flushes,
+            s.flush_bytes >> 20,
             s.compactions,
+            s.compaction_read_bytes >> 20,
+            s.compaction_bytes >> 20,
+            s.write_stall_micros as f64 / 1e6,
             s.scan_overlay_builds,
             s.scan_overlay_extensions
         )
