@@ -3,7 +3,7 @@
 //! batches in flight), and both equal a sequential reference.
 //!
 //! Each stream is a few dozen random PutRow / UpdateRow / DeleteRow writes
-//! over three hot keys, with row and column conditions, increments
+//! over three hot keys (and in some streams new keys in ascending order), with row and column conditions, increments
 //! (overflowing ones too), explicit versions (some outside the version
 //! window) and every return type. The same stream goes to two tables of
 //! one database: to `pipelined` in random batches of 1-5 writes, all queued
@@ -38,11 +38,22 @@ fn returning(w: RowWrite, r: ReturnType) -> RowWrite {
     }
 }
 
-fn random_stream(rng: &mut StdRng, now: i64) -> Vec<(Key, RowWrite)> {
+/// A stream of writes. With `ascending`, one stream in three writes
+/// mostly new keys in ascending order (`fresh` counts them), above the hot
+/// ones: a flush then holds mostly keys above the table's highest and a
+/// few hot ones below, and is cut into pieces (`flush::pieces`) that
+/// checked writes read their rows from.
+fn random_stream(rng: &mut StdRng, now: i64, ascending: bool, fresh: &mut i64) -> Vec<(Key, RowWrite)> {
+    let ascending = ascending && rng.random_range(0..3) == 0;
     (0..rng.random_range(1..40))
         .map(|_| {
-            let (card, order) = HOT[rng.random_range(0..HOT.len())];
-            let key: Key = (card, order.to_string());
+            let key: Key = if ascending && rng.random_range(0..8) > 0 {
+                *fresh += 1;
+                (1 + *fresh, "f".to_string())
+            } else {
+                let (card, order) = HOT[rng.random_range(0..HOT.len())];
+                (card, order.to_string())
+            };
             let w = random_write(rng, now, &key);
             let w = with_extras(rng, w);
             let r = [ReturnType::None, ReturnType::PrimaryKey, ReturnType::AfterModify][rng.random_range(0..3)];
@@ -96,18 +107,18 @@ fn outcome(r: &Result<WriteResult>) -> Result<&WriteResult, ErrorKind> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_streams_equal_one_at_a_time_and_the_reference() {
     // Order, not durability, is under test here: no fsync per write.
-    run(Durability::None, 2000).await;
+    run(Durability::None, 2000, false).await;
 }
 
 /// The same with every group fsynced: preallocated WAL files written in
 /// place, cut back as memtables freeze and at each close, replayed at the
-/// reopens.
+/// reopens; with streams of ascending new keys, whose flushes are cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_streams_equal_one_at_a_time_with_synced_preallocated_wal() {
-    run(Durability::Sync, 150).await;
+    run(Durability::Sync, 150, true).await;
 }
 
-async fn run(durability: Durability, default_streams: u64) {
+async fn run(durability: Durability, default_streams: u64, ascending: bool) {
     let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<u64>().ok());
     let streams = env("CELLAR_DIFF_STREAMS").unwrap_or(default_streams);
     let seed = env("CELLAR_DIFF_SEED").unwrap_or(20261125);
@@ -127,10 +138,10 @@ async fn run(durability: Durability, default_streams: u64) {
         opts: table_options,
         ..Default::default()
     };
-    let (mut checked, mut lines) = (0usize, 0usize);
+    let (mut checked, mut lines, mut fresh) = (0usize, 0usize, 0i64);
     for stream in 0..streams {
         let now = clock.now_ms();
-        let writes = random_stream(&mut rng, now);
+        let writes = random_stream(&mut rng, now, ascending, &mut fresh);
         let want: Vec<Option<ErrorKind>> = writes.iter().map(|(k, w)| model.apply(now, k, w)).collect();
         let (p, s) = (db.table("pipelined").unwrap(), db.table("sequential").unwrap());
         let mut queued = Vec::new();
