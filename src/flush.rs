@@ -56,7 +56,14 @@ pub(crate) async fn flush_frozen(
             let schema = table.schema.clone();
             let seq_range = (mem.min_seq().unwrap_or(0), mem.max_seq());
             let opts = storage.segment_options;
-            let top = table.state.read().segments.iter().map(|s| s.max_key.clone()).max();
+            let top = table
+                .state
+                .read()
+                .segments
+                .iter()
+                .map(|s| s.max_key.as_slice())
+                .max()
+                .map(<[u8]>::to_vec);
             let cuts = pieces(top.as_deref(), &mem);
             // Reserve the ids: the next manifest version records the
             // counter; a crash before that leaves orphans that the next open
@@ -147,23 +154,17 @@ fn pieces(top: Option<&[u8]>, mem: &Memtable) -> Vec<(KeyRange, usize)> {
         return whole;
     };
     let above = key_successor(top);
-    let below = mem.key_count_in(
-        &KeyRange {
-            lo: Vec::new(),
-            hi: Some(above.clone()),
-        },
-        usize::MAX,
-    );
-    if below == 0 || below * 8 > n {
-        return whole;
-    }
     let low = KeyRange {
         lo: Vec::new(),
         hi: Some(above.clone()),
     };
+    let below = mem.key_count_in(&low, usize::MAX);
+    if below == 0 || below * 8 > n {
+        return whole;
+    }
     let high = n - below;
     let tail = (4 * below).max(high / 64).min(high / 4);
-    match mem.nth_key(n - tail).filter(|_| tail > 0) {
+    match (tail > 0).then(|| mem.nth_key(n - tail)).flatten() {
         Some(tail_start) => vec![
             (low, below),
             (

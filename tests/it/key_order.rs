@@ -133,6 +133,15 @@ async fn settled(t: &Table) {
     panic!("compactions did not settle: {:?}", t.stats());
 }
 
+/// Closes `db` and opens it again, with `t` again.
+async fn reopen(dir: &std::path::Path, db: Database, t: Table) -> (Database, Table) {
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir, options()).await.unwrap();
+    let t = db.table("t").unwrap();
+    (db, t)
+}
+
 /// Every read agrees with `want`: a full GetRange, GetRow of a sample, and
 /// SQL's count and sum.
 async fn check(db: &Database, t: &Table, want: &Rows, what: &str) {
@@ -189,10 +198,7 @@ async fn keys_written_in_order_are_compacted_without_rewriting() {
     assert!(s.compaction_moved_bytes > s.compaction_read_bytes, "{s:?}");
     assert!(s.compaction_bytes * 3 < s.flush_bytes, "{s:?}");
     check(&db, &t, &want, "after the load").await;
-    drop(t);
-    db.close().await.unwrap();
-    let db = Database::open_with(dir.path(), options()).await.unwrap();
-    let t = db.table("t").unwrap();
+    let (db, t) = reopen(dir.path(), db, t).await;
     assert_eq!(t.stats().compaction_moved_bytes, s.compaction_moved_bytes);
     check(&db, &t, &want, "after a reopen").await;
     t.compact().await.unwrap();
@@ -218,10 +224,7 @@ async fn rows_changed_behind_an_ordered_load_read_back() {
         check(&db, &t, &want, &format!("phase {phase}, while compactions run")).await;
         settled(&t).await;
         check(&db, &t, &want, &format!("phase {phase}, settled")).await;
-        drop(t);
-        db.close().await.unwrap();
-        db = Database::open_with(dir.path(), options()).await.unwrap();
-        t = db.table("t").unwrap();
+        (db, t) = reopen(dir.path(), db, t).await;
         check(&db, &t, &want, &format!("phase {phase}, reopened")).await;
     }
     assert!(t.stats().compaction_moved_bytes > 0, "{:?}", t.stats());
