@@ -135,7 +135,11 @@ impl DataSet {
             })
             .collect();
         keys.sort_unstable();
-        keys.into_iter().map(|k| k.1).collect()
+        // Not `into_iter().collect()`: that collects in place, keeping
+        // the pairs' allocation (twice the order's size) for the whole load.
+        let mut order = Vec::with_capacity(keys.len());
+        order.extend(keys.iter().map(|k| k.1));
+        order
     }
 
     /// Row indices in a random (seeded) order.

@@ -7,6 +7,7 @@
 //! comes U's pass: upserts into a table of its own size, in a child per
 //! engine that has keys.
 
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

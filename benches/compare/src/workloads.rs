@@ -102,15 +102,31 @@ fn bytes_written() -> u64 {
 
 /// Peak resident memory of this process, bytes.
 pub fn peak_rss() -> u64 {
+    status_kb("VmHWM:") * 1024
+}
+
+/// A `kB` line of `/proc/self/status`, 0 where there is none.
+fn status_kb(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines().find_map(|l| {
-                l.strip_prefix("VmHWM:")
+                l.strip_prefix(field)
                     .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             })
         })
-        .map_or(0, |kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// Resident memory now and at its peak so far, for trace lines: where in
+/// a run the peak is reached.
+fn memory() -> String {
+    format!(
+        "rss {} MB, peak {} MB, file-backed {} MB",
+        status_kb("VmRSS:") / 1024,
+        status_kb("VmHWM:") / 1024,
+        status_kb("RssFile:") / 1024
+    )
 }
 
 /// Timings of one workload.
@@ -222,7 +238,7 @@ fn each(name: &str, n: usize, cap: Duration, mut op: impl FnMut(usize) -> Result
     let b = bar(name, n as u64);
     if std::env::var_os("COMPARE_TRACE").is_some() {
         // For profiling one phase: its start on stderr, with the time.
-        eprintln!("phase {name} at {:?}", std::time::SystemTime::now());
+        eprintln!("phase {name} at {:?} ({})", std::time::SystemTime::now(), memory());
     }
     let w0 = bytes_written();
     let mut lat = Vec::with_capacity(n);
@@ -281,7 +297,7 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
         let whole = t.stopped_of.is_none();
         let mut j = t.json(what);
         if std::env::var_os("COMPARE_TRACE").is_some() {
-            eprintln!("after {what}: {}", e.trace());
+            eprintln!("after {what} ({}): {}", memory(), e.trace());
         }
         drop(e);
         j["bytes_on_disk"] = json!(engines::dir_bytes(dir.path()));
@@ -389,7 +405,7 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
         // R: the GROUP BY right after each of 3 bursts of writes.
         let burst = sizes.burst;
         if std::env::var_os("COMPARE_TRACE").is_some() {
-            eprintln!("phase {name} R at {:?}", std::time::SystemTime::now());
+            eprintln!("phase {name} R at {:?} ({})", std::time::SystemTime::now(), memory());
         }
         let fresh = DataSet::new(data.seed ^ 0xB0B, data.rows * 2 + burst as u64 * 3);
         let mut lat = Vec::new();
