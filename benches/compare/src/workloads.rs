@@ -423,7 +423,12 @@ fn run_engine(name: &str, data: DataSet, sizes: Sizes, scratch: &std::path::Path
             lat.push(t.elapsed().as_secs_f64() * 1e6);
             if std::env::var_os("COMPARE_TRACE").is_some() {
                 // The monotonic clock, as `perf record -k mono` stamps samples.
-                eprintln!("R query {round} from {t:?} to {:?}: {}", Instant::now(), e.trace());
+                eprintln!(
+                    "R query {round} from {t:?} to {:?} ({}): {}",
+                    Instant::now(),
+                    memory(),
+                    e.trace()
+                );
             }
         }
         let t = Timed {
