@@ -501,6 +501,65 @@ async fn a_merge_keeps_every_version_across_batches_columns_and_types() {
     assert_eq!(scan_all(&db.table("t").unwrap(), all()).await, before);
 }
 
+/// A full compaction of 40 segments of 1500 keys (of three versions)
+/// reads its inputs 1024 rows at a time (the inputs share a row budget),
+/// so every input is read in two batches, each expanded to its keys'
+/// older versions. Neighbouring segments rewrite each other's keys with
+/// newer versions, some delete keys of the one before: the merged table
+/// equals what every read showed before, and after a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_merge_reads_small_batches_and_keeps_every_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    let options = TableOptions {
+        max_versions: 3,
+        ..TableOptions::default()
+    };
+    let t = card_order_table(&db, options).await;
+    for s in 0..40i64 {
+        // Keys s*1000 .. s*1000+1500: the first 500 are the previous
+        // segment's last 500, written again with newer versions.
+        let keys: Vec<i64> = (s * 1000..s * 1000 + 1500).collect();
+        for chunk in keys.chunks(100) {
+            let mut batch: Vec<RowWrite> = chunk
+                .iter()
+                .map(|&i| {
+                    let mut p = PutRow::new(pk(i, "a"));
+                    for v in 0..3 {
+                        p = p.column_at("c", i * 100 + s * 10 + v, T0 - 1000 + s * 10 + v);
+                    }
+                    if (i + s) % 3 == 0 {
+                        p = p.column_at("x", format!("s{s}"), T0 - 1000 + s * 10);
+                    }
+                    RowWrite::from(p)
+                })
+                .collect();
+            if s % 7 == 6 && chunk[0] == s * 1000 {
+                // Deletes of keys only the previous segment holds.
+                batch.extend((s * 1000 - 60..s * 1000 - 50).map(|i| RowWrite::from(DeleteRow::new(pk(i, "a")))));
+            }
+            t.write_batch(batch).await.unwrap();
+        }
+        t.flush().await.unwrap();
+    }
+    assert_eq!(t.stats().segments, 40, "{:?}", t.stats());
+    let all = || three_versions(GetRange::new());
+    let before = scan_all(&t, all()).await;
+    assert_eq!(before.len(), 39 * 1000 + 1500 - 5 * 10);
+    // A rewritten key: the newer segment's three versions.
+    let r = before.iter().find(|r| r.primary_key == pk(1200, "a")).unwrap();
+    assert_eq!(r.latest("c"), Some(&Value::Integer(1200 * 100 + 10 + 2)));
+    assert_eq!(r.column("c").unwrap().len(), 3);
+    t.compact().await.unwrap();
+    assert_eq!(t.stats().runs, 1, "{:?}", t.stats());
+    assert_eq!(scan_all(&t, all()).await, before);
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
+    assert_eq!(scan_all(&db.table("t").unwrap(), all()).await, before);
+}
+
 /// Compaction outputs stream through multipart uploads; the local store
 /// stages them as `NAME#N`, out of its listings. A crash leaves such a file:
 /// the next open deletes it, and keeps everything else.
