@@ -44,8 +44,9 @@ const READ_ROWS: usize = 8192;
 /// Rows of input batches a merge keeps decoded across all its inputs, as
 /// far as [`MIN_READ_ROWS`] allows. Each input holds a batch as read and
 /// one aligned to the output schema, and a sparse table's batch keeps
-/// full-width buffers for every attribute it has: a merge of 15 inputs at
-/// 8192 rows each held ~120 MB at 10M rows of the compare table.
+/// full-width buffers for every attribute it has: at 8192 rows an input,
+/// the wide merges (up to ~15 inputs) of a 10M-row load of the compare
+/// table held ~120 MB.
 const INPUT_ROWS_BUDGET: usize = 32 * 1024;
 /// The fewest rows read from an input at a time.
 const MIN_READ_ROWS: usize = 1024;
