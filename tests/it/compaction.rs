@@ -21,11 +21,39 @@ fn manual(clock: &Arc<ManualClock>) -> DbOptions {
 /// A `t` table with default options in a new database that compacts only
 /// when asked, on a manual clock.
 async fn manual_table() -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
+    manual_table_with(TableOptions::default()).await
+}
+
+/// Table options that keep three versions of a cell.
+fn three_versions_kept() -> TableOptions {
+    TableOptions {
+        max_versions: 3,
+        ..TableOptions::default()
+    }
+}
+
+/// [`manual_table`] with the given table options.
+async fn manual_table_with(options: TableOptions) -> (tempfile::TempDir, Arc<ManualClock>, Database, Table) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
-    let t = card_order_table(&db, TableOptions::default()).await;
+    let t = card_order_table(&db, options).await;
     (dir, clock, db, t)
+}
+
+/// Closes `db` (with `t`), opens it again, and asserts that a scan of
+/// table `t` with `req` returns `rows`.
+async fn reopened_reads_the_same(
+    dir: &std::path::Path,
+    clock: &Arc<ManualClock>,
+    (db, t): (Database, Table),
+    req: GetRange,
+    rows: &[Row],
+) {
+    drop(t);
+    db.close().await.unwrap();
+    let db = Database::open_with(dir, manual(clock)).await.unwrap();
+    assert_eq!(scan_all(&db.table("t").unwrap(), req).await, rows);
 }
 
 /// Bytes of segment files on disk under the data directory.
@@ -441,14 +469,7 @@ async fn compaction_failing_after(writes: i64) {
 /// holds (copied) and keys both hold (folded): every version survives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merge_keeps_every_version_across_batches_columns_and_types() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
-    let options = TableOptions {
-        max_versions: 3,
-        ..TableOptions::default()
-    };
-    let t = card_order_table(&db, options).await;
+    let (dir, clock, db, t) = manual_table_with(three_versions_kept()).await;
     let write = |keys: Vec<i64>, odd: bool| {
         let t = t.clone();
         async move {
@@ -495,10 +516,7 @@ async fn a_merge_keeps_every_version_across_batches_columns_and_types() {
     let r = &before[1000];
     assert_eq!(r.column("c").unwrap().len(), 3);
     assert_eq!(r.latest("c"), Some(&Value::Integer(1000 * 10)));
-    drop(t);
-    db.close().await.unwrap();
-    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
-    assert_eq!(scan_all(&db.table("t").unwrap(), all()).await, before);
+    reopened_reads_the_same(dir.path(), &clock, (db, t), all(), &before).await;
 }
 
 /// A full compaction of 40 segments of 1500 keys (of three versions)
@@ -509,14 +527,7 @@ async fn a_merge_keeps_every_version_across_batches_columns_and_types() {
 /// equals what every read showed before, and after a reopen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wide_merge_reads_small_batches_and_keeps_every_version() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
-    let options = TableOptions {
-        max_versions: 3,
-        ..TableOptions::default()
-    };
-    let t = card_order_table(&db, options).await;
+    let (dir, clock, db, t) = manual_table_with(three_versions_kept()).await;
     for s in 0..40i64 {
         // Keys s*1000 .. s*1000+1500: the first 500 are the previous
         // segment's last 500, written again with newer versions.
@@ -554,10 +565,7 @@ async fn a_wide_merge_reads_small_batches_and_keeps_every_version() {
     t.compact().await.unwrap();
     assert_eq!(t.stats().runs, 1, "{:?}", t.stats());
     assert_eq!(scan_all(&t, all()).await, before);
-    drop(t);
-    db.close().await.unwrap();
-    let db = Database::open_with(dir.path(), manual(&clock)).await.unwrap();
-    assert_eq!(scan_all(&db.table("t").unwrap(), all()).await, before);
+    reopened_reads_the_same(dir.path(), &clock, (db, t), all(), &before).await;
 }
 
 /// Compaction outputs stream through multipart uploads; the local store
