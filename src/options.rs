@@ -277,11 +277,12 @@ impl DbOptions {
     ///   (`page_cache_bytes`),
     /// - archived chunks are cached up to an eighth (`archive_cache_bytes`).
     ///
-    /// Not bounded by it yet: the work under way (a flush holds the
-    /// row group it builds, a compaction up to 32k decoded rows across its
-    /// inputs and a row group per output, a query its own state), segment
-    /// footers and page indexes, memtable overlays and the allocator's
-    /// slack (BENCHMARKS.md, "Memory" and "Where a load's memory goes").
+    /// Not bounded by it yet: the work under way (a flush or compaction
+    /// output holds the row group it builds and up to 24 MiB of upload
+    /// parts, a compaction up to 32k decoded rows across its inputs, a
+    /// query its own state), segment footers and page indexes, memtable
+    /// overlays and the allocator's slack (BENCHMARKS.md, "Memory" and
+    /// "Where a load's memory goes").
     pub fn memory_budget(mut self, bytes: usize) -> Self {
         self.memtable_bytes = (bytes / 8).max(1);
         self.write_buffer_bytes = (bytes / 2).max(1);

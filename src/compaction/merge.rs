@@ -55,6 +55,7 @@ const MIN_READ_ROWS: usize = 1024;
 fn read_rows(inputs: usize) -> usize {
     (INPUT_ROWS_BUDGET / inputs.max(1)).clamp(MIN_READ_ROWS, READ_ROWS)
 }
+
 /// Output rows gathered before a batch is built: also how finely output
 /// segments are cut at their target size.
 const OUTPUT_ROWS: usize = 2048;
