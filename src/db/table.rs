@@ -69,6 +69,9 @@ pub struct TableStats {
     /// Overlays SQL scans brought up to date after writes by placing and
     /// folding only the keys written since, instead of building them anew.
     pub scan_overlay_extensions: u64,
+    /// The memory the memtables' overlays hold now (rows of the columns
+    /// scans asked for, keys and their places).
+    pub scan_overlay_bytes: u64,
     /// Memtable keys whose UpdateRows overlays laid over their segment
     /// rows column by column, instead of reading those rows to merge them
     /// (see `docs/decisions.md`, "Memtable overlays").
@@ -343,6 +346,10 @@ impl Table {
             scan_overlay_builds: self.inner.stats.overlay_builds.load(Relaxed),
             scan_overlay_extensions: self.inner.stats.overlay_extensions.load(Relaxed),
             scan_overlay_laid_over: self.inner.stats.overlay_laid_over.load(Relaxed),
+            scan_overlay_bytes: std::iter::once(&st.active)
+                .chain(st.immutables.iter())
+                .map(|m| crate::read::overlay_bytes(m))
+                .sum(),
             scan_pages: self.inner.stats.scan_pages.load(Relaxed),
             scan_pages_read: self.inner.stats.scan_pages_read.load(Relaxed),
             last_flush_error: self.inner.last_flush_error.lock().clone(),

@@ -253,6 +253,16 @@ impl Memtable {
             .unwrap_or_else(|_| unreachable!("attachment keyed by its type"))
     }
 
+    /// Every attachment of type `T` (any name).
+    pub fn attachments<T: Send + Sync + 'static>(&self) -> Vec<Arc<T>> {
+        self.attachments
+            .lock()
+            .iter()
+            .filter(|((t, _), _)| *t == TypeId::of::<T>())
+            .filter_map(|(_, a)| a.clone().downcast::<T>().ok())
+            .collect()
+    }
+
     /// The attribute columns written here with the value types written
     /// (a superset of what the folded states hold).
     pub fn columns(&self) -> Vec<(String, TypeSet)> {

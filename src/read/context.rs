@@ -35,6 +35,10 @@ pub(super) struct ScanCtx {
     pub(super) cols: Arc<[OutCol]>,
     pub(super) schema: SchemaRef,
     pub(super) row_filter: Option<Arc<dyn RowFilter>>,
+    /// The attribute columns the scan reads from memtable overlays: its
+    /// output columns and those its filters name (an overlay encodes only
+    /// the columns scans ask for, see [`super::overlay`]).
+    pub(super) overlay_columns: Arc<std::collections::BTreeSet<String>>,
     pub(super) counters: Arc<ScanCounters>,
     /// What the parts of a scan read in chunks share.
     pub(super) shared: Arc<ScanShared>,

@@ -52,6 +52,26 @@ enum Current {
     Merge(MergeScan),
 }
 
+/// The attribute columns a scan reads from overlay rows: those it outputs,
+/// and those its row-group and row filters name (a laid-over update is
+/// judged by whether it wrote them).
+fn overlay_columns(out: &ScanOutput) -> Arc<std::collections::BTreeSet<String>> {
+    let mut names: std::collections::BTreeSet<String> = out
+        .cols
+        .iter()
+        .filter_map(|c| match c {
+            OutCol::Attr { name, .. } => Some(name.clone()),
+            OutCol::Pk(_) => None,
+        })
+        .collect();
+    let filters = [
+        out.filter.as_ref().and_then(|f| f.columns()),
+        out.row_filter.as_ref().and_then(|f| f.columns()),
+    ];
+    names.extend(filters.into_iter().flatten().flatten());
+    Arc::new(names)
+}
+
 /// What a scan returns: its columns, their Arrow schema, a row limit and
 /// an optional row-group filter.
 pub(crate) struct ScanOutput {
@@ -76,6 +96,7 @@ impl LatestScan {
         out: ScanOutput,
     ) -> Self {
         let pieces = plan_pieces(&snap, ranges).into();
+        let overlay_columns = overlay_columns(&out);
         LatestScan {
             cx: ScanCtx {
                 cutoff: snap.options.ttl_cutoff_ms(now_ms),
@@ -85,6 +106,7 @@ impl LatestScan {
                 cols: out.cols,
                 schema: out.schema,
                 row_filter: out.row_filter,
+                overlay_columns,
                 counters: out.counters,
                 shared: out.shared,
             },

@@ -31,6 +31,7 @@ pub(crate) use self::arrow::{BATCH_ROWS, ColBuilder, OutCol, arrow_type, pk_valu
 pub(crate) use self::context::ScanShared;
 pub(crate) use self::latest::{LatestScan, ScanOutput};
 pub(crate) use self::merge_scan::MergeScan;
+pub(crate) use self::overlay::overlay_bytes;
 pub(crate) use self::overlay::warm as warm_overlays;
 pub(crate) use self::plan::{RowFilter, RowGroupFilter, ScanCounters, ScanRange, SegmentStats, intersect_ranges};
 pub(crate) use crate::state::Snapshot;

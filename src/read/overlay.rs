@@ -31,6 +31,13 @@
 //! size in the background, as a binary counter, copied less but held
 //! both copies while merging: 1.0 GB peak RSS at 1M rows against 0.7.)
 //!
+//! An overlay's rows hold only the attribute columns scans asked for
+//! (their output columns and those their filters name): a GROUP BY over
+//! two columns of a 23-column table encodes two. A scan that asks for a
+//! column the overlay lacks builds it whole with the union (keys keep
+//! their positions, only rows are encoded again), and the table remembers
+//! what scans asked for, which the background's builds encode.
+//!
 //! Memtable keys no segment's key span holds (before the first, between
 //! two, after the last segment, or all of them when there is none) get an
 //! overlay of their gap ([`Under::Gap`]): positions need no placing, and a
@@ -39,9 +46,12 @@
 //!
 //! Invariants: every run's keys are ascending and unique, with positions
 //! ascending with them; all runs of an overlay have the same columns
-//! (an extension that brings a new column or type builds the overlay
-//! whole); an overlay has at least one run (possibly empty).
+//! (an extension that brings a new column or type, or a scan that wants
+//! one more, builds the overlay whole); an overlay has at least one run
+//! (possibly empty); a scan reads an overlay only when its rows hold
+//! every column the scan reads from them.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
@@ -72,9 +82,13 @@ pub(super) const GAP_MIN_KEYS: usize = 1024;
 pub(crate) struct Overlay {
     /// The memtable's newest sequence when this was built.
     pub built_at: u64,
-    /// The attribute columns of the runs' rows: the segment's and the
-    /// memtable's.
+    /// Every attribute column of the segment and the memtable (what
+    /// decides whether an update is laid over its segment row).
     columns: Vec<(String, TypeSet)>,
+    /// The columns, by name, whose values the runs' rows hold: those of
+    /// `columns` that scans asked for. A scan reads only what it asked
+    /// for, so the rest are not encoded.
+    wanted: Arc<BTreeSet<String>>,
     /// Oldest first; never empty.
     runs: Vec<Arc<Run>>,
 }
@@ -84,20 +98,26 @@ impl Overlay {
     /// `under` (writes after `at` are left out: a scan builds it at its
     /// snapshot while writers go on).
     ///
+    /// The rows hold the values of the columns named in `wanted` (and in
+    /// `base`'s, so that what scans asked for before stays served).
+    ///
     /// With `base`, an overlay of the same memtable and segment built at an
     /// earlier sequence, only the keys written since then are placed and
     /// folded, into a new run; every other key keeps its position and row
     /// from `base` (keys never leave a memtable and segment rows never
-    /// move). That holds while the attribute columns are the same; when a
-    /// write brought a new column or value type, it is built whole. Returns
-    /// whether `base` was extended; `None` when the segment has no key
-    /// statistics to place keys with.
+    /// move). That holds while the attribute columns and the wanted ones
+    /// are the same; when a write brought a new column or value type, or a
+    /// scan wants a column `base` lacks, it is built whole (keys `base`
+    /// holds keep their positions, only their rows are encoded again).
+    /// Returns whether `base` was extended; `None` when the segment has no
+    /// key statistics to place keys with.
     pub async fn build(
         table: &TableInner,
         mem: &Memtable,
         under: &Under,
         at: u64,
         base: Option<&Overlay>,
+        wanted: &Arc<BTreeSet<String>>,
     ) -> Result<Option<(Overlay, bool)>> {
         let range = under.range();
         let seg = match under {
@@ -113,11 +133,18 @@ impl Overlay {
             columns.entry(name).or_default().0 |= t.0;
         }
         let columns: Vec<(String, TypeSet)> = columns.into_iter().collect();
-        let base = base.filter(|b| b.columns == columns && b.built_at < at);
+        let wanted = match base {
+            Some(b) if !b.wanted.is_superset(wanted) => Arc::new(b.wanted.union(wanted).cloned().collect()),
+            Some(b) => b.wanted.clone(),
+            None => wanted.clone(),
+        };
+        let placed_by = base;
+        let base = base.filter(|b| b.columns == columns && b.wanted == wanted && b.built_at < at);
         let after = base.map_or(0, |b| b.built_at);
-        // The keys written since `after`; those `base` lacks are located.
+        // The keys written since `after`; those no earlier overlay placed
+        // are located.
         let keys = mem.keys_changed(&range, after, at);
-        let known = match base {
+        let known = match placed_by {
             Some(b) => b.placed(&keys),
             None => vec![None; keys.len()],
         };
@@ -148,8 +175,11 @@ impl Overlay {
             pos.push(p);
             found.push(f);
         }
-        let schema = format::arrow_schema(&table.schema, &columns);
-        let mut enc = RowEncoder::new(&table.schema, &columns);
+        // The encoder skips the cells of columns no scan asked for (and
+        // still counts them in the row's newest version).
+        let shown: Vec<(String, TypeSet)> = columns.iter().filter(|(n, _)| wanted.contains(n)).cloned().collect();
+        let schema = format::arrow_schema(&table.schema, &shown);
+        let mut enc = RowEncoder::new(&table.schema, &shown);
         // What the segment's row groups can hold of each column, for
         // updates laid over their rows (a key is found only in a segment).
         let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
@@ -240,6 +270,7 @@ impl Overlay {
             let ov = Overlay {
                 built_at: at,
                 columns,
+                wanted,
                 runs: vec![Arc::new(run)],
             };
             return Ok(Some((ov, false)));
@@ -253,6 +284,7 @@ impl Overlay {
             Overlay {
                 built_at: at,
                 columns,
+                wanted,
                 runs,
             },
             true,
@@ -263,6 +295,16 @@ impl Overlay {
     /// (see [`runs::placed`]).
     fn placed(&self, keys: &[Vec<u8>]) -> Vec<Option<(u64, bool)>> {
         runs::placed(&self.runs, keys)
+    }
+
+    /// The memory its runs hold: rows, keys and placements.
+    pub fn bytes(&self) -> usize {
+        self.runs.iter().map(|r| r.bytes()).sum()
+    }
+
+    /// Whether its rows hold every column of `wanted`.
+    pub fn covers(&self, wanted: &BTreeSet<String>) -> bool {
+        self.wanted.is_superset(wanted)
     }
 
     /// The overlay's keys in `range`, every run merged.
@@ -369,10 +411,11 @@ pub(crate) async fn build_in_slot(
     under: &Under,
     at: u64,
     mut held: HeldSlot,
+    wanted: &Arc<BTreeSet<String>>,
 ) -> Result<Option<Arc<Overlay>>> {
-    let (table, mem, under) = (table.clone(), mem.clone(), under.clone());
+    let (table, mem, under, wanted) = (table.clone(), mem.clone(), under.clone(), wanted.clone());
     let build = tokio::spawn(async move {
-        let Some((ov, extended)) = Overlay::build(&table, &mem, &under, at, held.as_deref()).await? else {
+        let Some((ov, extended)) = Overlay::build(&table, &mem, &under, at, held.as_deref(), &wanted).await? else {
             return Ok(None);
         };
         let counter = if extended {
@@ -402,6 +445,7 @@ pub(crate) async fn build_in_slot(
 /// span no other segment overlaps get one: scans merge overlapping
 /// segments row by row, with no overlay.
 pub(crate) async fn warm(table: Arc<TableInner>, mem: Arc<Memtable>, segments: Arc<Vec<Arc<Segment>>>, at: u64) {
+    let wanted = table.overlay_columns.lock().clone();
     let mut builds = Vec::new();
     let unders = alone(&segments)
         .into_iter()
@@ -422,11 +466,20 @@ pub(crate) async fn warm(table: Arc<TableInner>, mem: Arc<Memtable>, segments: A
         if matches!(under, Under::Gap(_)) && held.is_none() && few() {
             continue;
         }
-        let (table, mem) = (table.clone(), mem.clone());
-        builds.push(async move { build_in_slot(&table, &mem, &under, at, held).await });
+        let (table, mem, wanted) = (table.clone(), mem.clone(), wanted.clone());
+        builds.push(async move { build_in_slot(&table, &mem, &under, at, held, &wanted).await });
     }
     // Each build runs on its own task from its first poll on.
     futures::future::join_all(builds).await;
+}
+
+/// The memory the overlays of `mem` hold (those being built are not
+/// counted until they are).
+pub(crate) fn overlay_bytes(mem: &Memtable) -> u64 {
+    mem.attachments::<OverlaySlot>()
+        .iter()
+        .filter_map(|slot| Some(slot.try_lock().ok()?.as_ref()?.bytes() as u64))
+        .sum()
 }
 
 /// The segments whose key span overlaps no other's.

@@ -102,7 +102,7 @@ async fn slot_overlay(
         Err(_) => slot.lock_owned().await,
     };
     match held.as_ref() {
-        Some(ov) if ov.built_at == at => return Ok(Some(ov.clone())),
+        Some(ov) if ov.built_at == at && ov.covers(&cx.overlay_columns) => return Ok(Some(ov.clone())),
         // Built for a newer snapshot: it holds writes this one must not see,
         // and replacing it with an older one would cost the newer scans.
         Some(ov) if ov.built_at > at => return Ok(None),
@@ -111,7 +111,21 @@ async fn slot_overlay(
     if !worth_building {
         return Ok(None);
     }
-    super::overlay::build_in_slot(&cx.table, mem, under, at, held).await
+    super::overlay::build_in_slot(&cx.table, mem, under, at, held, &cx.overlay_columns).await
+}
+
+/// Records that a scan read a large share of a segment or gap: the
+/// background keeps the table's overlays built from then on, with the
+/// columns this scan reads among theirs.
+pub(super) fn note_wide_scan(cx: &ScanCtx) {
+    let table = &cx.table;
+    table
+        .wide_scan_ms
+        .store(crate::state::monotonic_ms(), std::sync::atomic::Ordering::Relaxed);
+    let mut asked = table.overlay_columns.lock();
+    if !asked.is_superset(&cx.overlay_columns) {
+        *asked = Arc::new(asked.union(&cx.overlay_columns).cloned().collect());
+    }
 }
 
 /// The rows of a piece no segment overlaps, from the overlay of its gap
@@ -128,9 +142,7 @@ pub(super) async fn gap_rows(cx: &ScanCtx, range: &KeyRange) -> Result<Option<Ov
     };
     let worth_building = mem.key_count_in(range, GAP_MIN_KEYS) >= GAP_MIN_KEYS;
     if worth_building {
-        cx.table
-            .wide_scan_ms
-            .store(crate::state::monotonic_ms(), std::sync::atomic::Ordering::Relaxed);
+        note_wide_scan(cx);
     }
     let Some(ov) = overlay_for(cx, mem, &Under::Gap(gap), worth_building).await? else {
         return Ok(None);

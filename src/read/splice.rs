@@ -24,7 +24,7 @@ use super::arrow::{BATCH_ROWS, OutCol, RowKeys};
 use super::context::{RowsBuilder, ScanCtx};
 use super::merge_scan::MergeScan;
 use super::overlay::{RowCursor, Under};
-use super::overlay_rows::{OVERLAY_MIN_SHARE, OverlayRows, overlay_for};
+use super::overlay_rows::{OVERLAY_MIN_SHARE, OverlayRows, note_wide_scan, overlay_for};
 use super::placement::Placement;
 use super::plan::{RowGroupFilter, SegmentStats, intersect_ranges};
 use crate::error::{Error, Result};
@@ -137,9 +137,7 @@ impl SingleReader {
             None => piece_rows,
         };
         if piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows {
-            table
-                .wide_scan_ms
-                .store(crate::state::monotonic_ms(), Ordering::Relaxed);
+            note_wide_scan(cx);
         }
         let overlay = match with_keys.as_slice() {
             [one] => {

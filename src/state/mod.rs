@@ -148,6 +148,10 @@ pub(crate) struct TableInner {
     /// [`monotonic_ms`]; 0: never. The background keeps the overlays of
     /// such tables built (see `overlay::warm`).
     pub wide_scan_ms: AtomicU64,
+    /// The attribute columns scans that use memtable overlays have asked
+    /// for (output and filter columns), by name: what the background's
+    /// overlays encode (see `overlay::warm`). Only grows.
+    pub overlay_columns: Mutex<Arc<std::collections::BTreeSet<String>>>,
     /// Set while the table is archived or being archived: every write is
     /// refused, in validation and again by the committer (so none that was
     /// validated before it was set slips in after an archive's flush).
@@ -277,6 +281,7 @@ impl TableInner {
             compaction_queued: AtomicBool::new(false),
             catch_up_running: AtomicBool::new(false),
             wide_scan_ms: AtomicU64::new(0),
+            overlay_columns: Mutex::new(Arc::default()),
             read_only: AtomicBool::new(false),
             archive: RwLock::new(None),
             transfer: tokio::sync::Mutex::new(()),

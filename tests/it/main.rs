@@ -23,6 +23,7 @@ mod limits;
 mod model;
 mod ordered_scans;
 mod ordering;
+mod overlay_columns;
 mod overlay_diff;
 mod power_loss;
 mod pruning;

@@ -45,7 +45,7 @@ pub(crate) fn text_rows(batches: &[RecordBatch]) -> Vec<String> {
 }
 
 /// The same rendering for row-API rows (latest value per column).
-fn api_rows(rows: &[Row], columns: &[&str]) -> Vec<String> {
+pub(crate) fn api_rows(rows: &[Row], columns: &[&str]) -> Vec<String> {
     rows.iter()
         .map(|r| {
             let mut cells: Vec<String> = r
@@ -655,8 +655,9 @@ async fn memtable_overlays_are_built_in_the_background_once_writes_settle() {
     let (_dir, _clock, db, t) = grouped_table(3000).await;
     let mut rng = StdRng::seed_from_u64(5);
     let sess = SqlSession::new(db.clone());
-    // Marks the table as scanned whole (nothing to build: no memtable).
-    rows(&sess, "SELECT sum(x) FROM t").await;
+    // Marks the table as scanned whole (nothing to build: no memtable),
+    // asking for the columns `overlay_check` reads.
+    rows(&sess, "SELECT sum(x), count(s) FROM t").await;
     put_random(&t, &mut rng, 200).await;
     overlays_reach(&t, (1, 0), "after writes").await;
     overlay_check(&sess, &t, "built in the background").await;

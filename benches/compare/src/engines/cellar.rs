@@ -186,7 +186,7 @@ impl Engine for CellarEngine {
         let s = self.table().stats();
         format!(
             "segments {} runs {} memtable {} B frozen {} flushes {} ({} MB) compactions {} (read {} MB, wrote {} MB) \
-             stalled {:.1} s overlay builds {} extensions {}",
+             stalled {:.1} s overlay builds {} extensions {} ({} MB)",
             s.segments,
             s.runs,
             s.memtable_bytes,
@@ -198,7 +198,8 @@ impl Engine for CellarEngine {
             s.compaction_bytes >> 20,
             s.write_stall_micros as f64 / 1e6,
             s.scan_overlay_builds,
-            s.scan_overlay_extensions
+            s.scan_overlay_extensions,
+            s.scan_overlay_bytes >> 20
         )
     }
 }
