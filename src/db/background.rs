@@ -215,7 +215,8 @@ impl Shared {
     /// them by one tick's writes at most. One build per table at a time,
     /// and after a build of d ms none for 3d ms, so that keeping up takes
     /// at most about a quarter of a core from the writers; none while a
-    /// flush is under way (scans then merge the memtables). `seen` holds
+    /// flush is under way (scans then build the active memtable's
+    /// overlays over the frozen one's). `seen` holds
     /// per table id the sequence its last build was started at and the
     /// monotonic ms before which no other starts (`u64::MAX` while one
     /// runs).

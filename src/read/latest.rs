@@ -6,8 +6,8 @@
 //!   reads them column by column straight from Parquet (only the projected
 //!   attribute children, plus `__rank`, `__row` and `__max_ts` for
 //!   visibility) and applies the TTL with Arrow kernels. Memtable keys that
-//!   fall into the piece are spliced in by position from the memtable's
-//!   [`Overlay`] of the segment when there is one (built once per memtable
+//!   fall into the piece are spliced in by position from the memtables'
+//!   [`Overlay`]s of the segment when there are (built once per memtable
 //!   state by the first large scan); otherwise by comparing them with each
 //!   batch's key columns: a key only in the memtable, or replaced there
 //!   (PutRow / DeleteRow), needs nothing from the segment; a memtable

@@ -38,6 +38,16 @@
 //! their positions, only rows are encoded again), and the table remembers
 //! what scans asked for, which the background's builds encode.
 //!
+//! While a frozen memtable waits for its flush, a scan sees it under the
+//! active one. Each memtable has its overlays, the newer one's built over
+//! the older ones with keys under it (an UpdateRow of a key they hold is
+//! merged over their state and the segment row by a point read, never
+//! laid over the segment row), and a scan merges the runs of all of them,
+//! oldest memtable first, so a key's row is the newest memtable's. An
+//! older memtable only leaves (flushed) for a segment that overlaps the
+//! keys it held, which renames or retires the slots over those keys: an
+//! overlay a scan finds was built over the older memtables it sees.
+//!
 //! Memtable keys no segment's key span holds (before the first, between
 //! two, after the last segment, or all of them when there is none) get an
 //! overlay of their gap ([`Under::Gap`]): positions need no placing, and a
@@ -68,7 +78,7 @@ use crate::model::row::RowState;
 use crate::model::types::TypeSet;
 use crate::segment::format;
 use crate::segment::{RowEncoder, RowSpan, Segment};
-use crate::state::TableInner;
+use crate::state::{Snapshot, TableInner};
 
 /// Keys folded and encoded per step while building (bounds the memory a
 /// build holds besides the overlay itself).
@@ -111,6 +121,12 @@ impl Overlay {
     /// holds keep their positions, only their rows are encoded again).
     /// Returns whether `base` was extended; `None` when the segment has no
     /// key statistics to place keys with.
+    ///
+    /// `older`: the older memtables with keys under it (a frozen one being
+    /// flushed) with the segment, at `at`. An UpdateRow of a key they hold
+    /// is merged over them (not laid over the segment row), so this
+    /// overlay's row of every key is its whole state; a scan takes each
+    /// key's row from the newest memtable's overlay holding it.
     pub async fn build(
         table: &TableInner,
         mem: &Memtable,
@@ -118,7 +134,9 @@ impl Overlay {
         at: u64,
         base: Option<&Overlay>,
         wanted: &Arc<BTreeSet<String>>,
+        older: Option<&Snapshot>,
     ) -> Result<Option<(Overlay, bool)>> {
+        let in_older = |key: &[u8]| older.is_some_and(|o| o.memtables.iter().any(|m| m.has_key_between(key, key)));
         let range = under.range();
         let seg = match under {
             Under::Segment(seg) => Some(seg),
@@ -212,6 +230,10 @@ impl Overlay {
                 };
                 if !put {
                     let mut st = writes.to_state();
+                    if !st.replace && in_older(key) {
+                        merge = Some(st);
+                        return Ok(false);
+                    }
                     if !st.replace && found[i] {
                         let group = bounds.get(group_of(pos[i])).map(Vec::as_slice);
                         if !group.is_some_and(|b| lays_over(&st, &names, b)) {
@@ -229,9 +251,15 @@ impl Overlay {
             })?;
             if let Some(st) = merge {
                 let key = &keys[i];
-                let seg = seg.ok_or_else(|| Error::corruption("overlay: a key found in no segment"))?;
-                let mut st = match seg.get(key, None).await? {
-                    Some(older) => st.merge_over(older),
+                let below = match older {
+                    Some(o) if in_older(key) => o.get_state(key, None).await?,
+                    _ => {
+                        let seg = seg.ok_or_else(|| Error::corruption("overlay: a key found in no segment"))?;
+                        seg.get(key, None).await?
+                    }
+                };
+                let mut st = match below {
+                    Some(below) => st.merge_over(below),
                     None => st,
                 };
                 newest_only(&mut st);
@@ -307,9 +335,17 @@ impl Overlay {
         self.wanted.is_superset(wanted)
     }
 
-    /// The overlay's keys in `range`, every run merged.
-    pub fn span(&self, range: &KeyRange) -> OverlaySpan {
-        runs::span(&self.runs, range)
+    /// The keys of `overlays` (of one segment or gap, over memtables
+    /// oldest first) in `range`, every run merged: a key's row is the
+    /// newest overlay's holding it.
+    pub fn span(overlays: &[Arc<Overlay>], range: &KeyRange) -> OverlaySpan {
+        match overlays {
+            [one] => runs::span(&one.runs, range),
+            all => {
+                let runs: Vec<Arc<Run>> = all.iter().flat_map(|o| o.runs.iter().cloned()).collect();
+                runs::span(&runs, range)
+            }
+        }
     }
 }
 
@@ -326,7 +362,7 @@ pub(crate) enum Under {
 
 impl Under {
     /// The keys the overlay holds.
-    fn range(&self) -> KeyRange {
+    pub(super) fn range(&self) -> KeyRange {
         match self {
             Under::Segment(seg) => KeyRange {
                 lo: seg.min_key.clone(),
@@ -412,10 +448,13 @@ pub(crate) async fn build_in_slot(
     at: u64,
     mut held: HeldSlot,
     wanted: &Arc<BTreeSet<String>>,
+    older: Option<Snapshot>,
 ) -> Result<Option<Arc<Overlay>>> {
     let (table, mem, under, wanted) = (table.clone(), mem.clone(), under.clone(), wanted.clone());
     let build = tokio::spawn(async move {
-        let Some((ov, extended)) = Overlay::build(&table, &mem, &under, at, held.as_deref(), &wanted).await? else {
+        let base = held.as_deref();
+        let Some((ov, extended)) = Overlay::build(&table, &mem, &under, at, base, &wanted, older.as_ref()).await?
+        else {
             return Ok(None);
         };
         let counter = if extended {
@@ -467,7 +506,7 @@ pub(crate) async fn warm(table: Arc<TableInner>, mem: Arc<Memtable>, segments: A
             continue;
         }
         let (table, mem, wanted) = (table.clone(), mem.clone(), wanted.clone());
-        builds.push(async move { build_in_slot(&table, &mem, &under, at, held, &wanted).await });
+        builds.push(async move { build_in_slot(&table, &mem, &under, at, held, &wanted, None).await });
     }
     // Each build runs on its own task from its first poll on.
     futures::future::join_all(builds).await;

@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::memtable::Memtable;
 use crate::model::key::KeyRange;
 use crate::segment::format;
+use crate::state::Snapshot;
 /// A piece's memtable rows from an [`Overlay`].
 pub(super) struct OverlayRows {
     /// The piece's keys, every run of the overlay merged.
@@ -56,13 +57,45 @@ pub(super) struct OverlayRows {
 /// key of the segment); one already built is used by any piece.
 pub(super) const OVERLAY_MIN_SHARE: u64 = 4;
 
-/// The overlay of the one memtable with keys in a piece, when it is built
-/// (or worth building) for the scan's snapshot.
-pub(super) async fn overlay_for(
+/// The overlays of the memtables with keys in a piece (`mems`, oldest
+/// first: a frozen one being flushed, then the active one), when each is
+/// built (or worth building) for the scan's snapshot; `None` leaves the
+/// piece to a key-by-key merge. Each memtable's overlay is built over the
+/// older memtables with keys anywhere under it, as it holds all of its
+/// keys there, not only the piece's (see [`Overlay::build`]).
+pub(super) async fn overlays_for(
+    cx: &ScanCtx,
+    mems: &[&Arc<Memtable>],
+    under: &Under,
+    worth_building: bool,
+) -> Result<Option<Vec<Arc<Overlay>>>> {
+    let span = under.range();
+    let mut out = Vec::with_capacity(mems.len());
+    for mem in mems {
+        let below: Vec<&Arc<Memtable>> = cx
+            .snap
+            .memtables
+            .iter()
+            .take_while(|m| !Arc::ptr_eq(m, mem))
+            .filter(|m| m.has_key_in(&span))
+            .collect();
+        let Some(ov) = overlay_for(cx, mem, under, worth_building, &below).await? else {
+            return Ok(None);
+        };
+        out.push(ov);
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
+/// The overlay of one memtable with keys in a piece, over the older
+/// memtables `below` with keys there, when it is built (or worth
+/// building) for the scan's snapshot.
+async fn overlay_for(
     cx: &ScanCtx,
     mem: &Arc<Memtable>,
     under: &Under,
     worth_building: bool,
+    below: &[&Arc<Memtable>],
 ) -> Result<Option<Arc<Overlay>>> {
     // The overlay of the memtable's writes this snapshot sees. Writes that
     // came after the snapshot (a writer running beside the scan) are left
@@ -75,7 +108,7 @@ pub(super) async fn overlay_for(
     if let Some(ov) = cx.shared.overlay(mem, &name) {
         return Ok(Some(ov));
     }
-    let ov = slot_overlay(cx, mem, under, at, &name, worth_building).await?;
+    let ov = slot_overlay(cx, mem, under, at, &name, worth_building, below).await?;
     if let Some(ov) = &ov {
         cx.shared.keep_overlay(mem, name, ov);
     }
@@ -84,6 +117,11 @@ pub(super) async fn overlay_for(
 
 /// The overlay in the memtable's slot for `under`, when it was built at
 /// `at` or can be (built or extended) now.
+///
+/// An overlay in a slot was built over the older memtables of its build's
+/// snapshot, and those only leave (flushed) for a segment that overlaps
+/// the keys they held there, which renames or retires the slot: so every
+/// overlay a scan finds was built over the older memtables it sees.
 async fn slot_overlay(
     cx: &ScanCtx,
     mem: &Arc<Memtable>,
@@ -91,6 +129,7 @@ async fn slot_overlay(
     at: u64,
     name: &str,
     worth_building: bool,
+    below: &[&Arc<Memtable>],
 ) -> Result<Option<Arc<Overlay>>> {
     let slot = mem.attachment::<OverlaySlot>(name);
     let held = match slot.clone().try_lock_owned() {
@@ -111,7 +150,16 @@ async fn slot_overlay(
     if !worth_building {
         return Ok(None);
     }
-    super::overlay::build_in_slot(&cx.table, mem, under, at, held, &cx.overlay_columns).await
+    let older = (!below.is_empty()).then(|| Snapshot {
+        seq: at,
+        memtables: below.iter().map(|m| (*m).clone()).collect(),
+        segments: Arc::new(match under {
+            Under::Segment(seg) => vec![seg.clone()],
+            Under::Gap(_) => Vec::new(),
+        }),
+        options: cx.snap.options,
+    });
+    super::overlay::build_in_slot(&cx.table, mem, under, at, held, &cx.overlay_columns, older).await
 }
 
 /// Records that a scan read a large share of a segment or gap: the
@@ -137,24 +185,22 @@ pub(super) async fn gap_rows(cx: &ScanCtx, range: &KeyRange) -> Result<Option<Ov
         return Ok(None);
     };
     let with_keys: Vec<_> = cx.snap.memtables.iter().filter(|m| m.has_key_in(range)).collect();
-    let [mem] = with_keys.as_slice() else {
-        return Ok(None);
-    };
-    let worth_building = mem.key_count_in(range, GAP_MIN_KEYS) >= GAP_MIN_KEYS;
+    let keys: usize = with_keys.iter().map(|m| m.key_count_in(range, GAP_MIN_KEYS)).sum();
+    let worth_building = keys >= GAP_MIN_KEYS;
     if worth_building {
         note_wide_scan(cx);
     }
-    let Some(ov) = overlay_for(cx, mem, &Under::Gap(gap), worth_building).await? else {
+    let Some(ovs) = overlays_for(cx, &with_keys, &Under::Gap(gap), worth_building).await? else {
         return Ok(None);
     };
-    Ok(Some(OverlayRows::new(cx, ov, range)?))
+    Ok(Some(OverlayRows::new(cx, &ovs, range)?))
 }
 
 impl OverlayRows {
     /// The overlay's rows of `range`; the cursor over the streamed rows is
     /// set once the rows to stream are known.
-    pub(super) fn new(cx: &ScanCtx, ov: Arc<Overlay>, range: &KeyRange) -> Result<Self> {
-        let span = ov.span(range);
+    pub(super) fn new(cx: &ScanCtx, overlays: &[Arc<Overlay>], range: &KeyRange) -> Result<Self> {
+        let span = Overlay::span(overlays, range);
         let out = span.gather(|rows| cx.output(rows, "memtable", "overlay"))?;
         let corrupt = |what: &str| Error::corruption(format!("memtable overlay: {what}"));
         let max_ts = span.gather_array(|rows| {

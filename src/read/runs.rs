@@ -42,7 +42,11 @@ pub(crate) struct Run {
 impl Run {
     /// The memory it holds.
     pub(super) fn bytes(&self) -> usize {
-        let keys: usize = self.keys.iter().map(|k| k.len() + std::mem::size_of::<Arc<[u8]>>()).sum();
+        let keys: usize = self
+            .keys
+            .iter()
+            .map(|k| k.len() + std::mem::size_of::<Arc<[u8]>>())
+            .sum();
         keys + self.pos.len() * (std::mem::size_of::<u64>() + 2) + self.rows.get_array_memory_size()
     }
 

@@ -24,7 +24,7 @@ use super::arrow::{BATCH_ROWS, OutCol, RowKeys};
 use super::context::{RowsBuilder, ScanCtx};
 use super::merge_scan::MergeScan;
 use super::overlay::{RowCursor, Under};
-use super::overlay_rows::{OVERLAY_MIN_SHARE, OverlayRows, note_wide_scan, overlay_for};
+use super::overlay_rows::{OVERLAY_MIN_SHARE, OverlayRows, note_wide_scan, overlays_for};
 use super::placement::Placement;
 use super::plan::{RowGroupFilter, SegmentStats, intersect_ranges};
 use crate::error::{Error, Result};
@@ -140,11 +140,11 @@ impl SingleReader {
             note_wide_scan(cx);
         }
         let overlay = match with_keys.as_slice() {
-            [one] => {
+            [] => None,
+            mems => {
                 let worth_building = piece_rows.saturating_mul(OVERLAY_MIN_SHARE) >= seg.meta.num_rows;
-                overlay_for(cx, one, &Under::Segment(seg.clone()), worth_building).await?
+                overlays_for(cx, mems, &Under::Segment(seg.clone()), worth_building).await?
             }
-            _ => None,
         };
         let has_mem = !with_keys.is_empty() && overlay.is_none();
         let source = match with_keys.as_slice() {
@@ -163,7 +163,7 @@ impl SingleReader {
             buf: VecDeque::new(),
         };
         let mut overlay = match overlay {
-            Some(ov) => Some(OverlayRows::new(cx, ov, &range)?),
+            Some(ovs) => Some(OverlayRows::new(cx, &ovs, &range)?),
             None => None,
         };
         // The spans before statistics pruning, to count the pages it saved.

@@ -208,7 +208,7 @@ impl ObjectStore for FailingStore {
 
 /// A data directory whose files go through a [`FailingStore`], and the
 /// options that open a database on it.
-fn failing_store() -> (tempfile::TempDir, Arc<FailingStore>, impl Fn() -> DbOptions) {
+pub(crate) fn failing_store() -> (tempfile::TempDir, Arc<FailingStore>, impl Fn() -> DbOptions) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();

@@ -25,6 +25,7 @@ mod ordered_scans;
 mod ordering;
 mod overlay_columns;
 mod overlay_diff;
+mod overlay_frozen;
 mod power_loss;
 mod pruning;
 mod read_diff;
