@@ -9,24 +9,25 @@ use cellar::sql::SqlSession;
 use cellar::*;
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Int64Type;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 use crate::common::{T0, pk, scan_all};
+use crate::overlay_frozen::writes;
 use crate::sql::{api_rows, rows, text_rows, write_ok};
 
 /// Cards 0..3000 (order "o") with `x = card`, `s = "v{card:05}"` and
-/// `y = 2 * card`, compacted into one segment; no background overlays
-/// unless `background`.
-async fn table(background: bool) -> (tempfile::TempDir, Database, Table) {
-    let dir = tempfile::tempdir().unwrap();
+/// `y = 2 * card`, compacted into one segment of 64-row groups, in a
+/// database opened in `dir` with `opts` (no background overlays unless
+/// `background`).
+pub(crate) async fn xsy_table(dir: &std::path::Path, opts: DbOptions, background: bool) -> (Database, Table) {
     let opts = DbOptions {
         row_group_rows: 64,
         page_rows: 16,
         background_overlays: background.then_some(std::time::Duration::from_millis(5)),
-        ..DbOptions::default().clock(std::sync::Arc::new(ManualClock::new(T0)))
+        ..opts
     };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
+    let db = Database::open_with(dir, opts).await.unwrap();
     let t = crate::common::card_order_table(&db, TableOptions::default()).await;
     let writes: Vec<RowWrite> = (0..3000i64)
         .map(|i| {
@@ -39,30 +40,14 @@ async fn table(background: bool) -> (tempfile::TempDir, Database, Table) {
         .collect();
     write_ok(&t, writes).await;
     t.compact().await.unwrap();
-    (dir, db, t)
+    (db, t)
 }
 
-/// `n` random writes: PutRows of all three columns, UpdateRows of one
-/// (laid over their segment rows), DeleteRows, keys on and between the
-/// segment's rows.
-fn writes(rng: &mut StdRng, n: usize) -> Vec<RowWrite> {
-    (0..n)
-        .map(|_| {
-            let k = pk(rng.random_range(-5..3010i64), ["o", "o2"][rng.random_range(0..2)]);
-            let v = rng.random_range(0..6000i64);
-            match rng.random_range(0..5) {
-                0 => PutRow::new(k)
-                    .column("x", v)
-                    .column("s", format!("v{v:05}"))
-                    .column("y", -v)
-                    .into(),
-                1 => UpdateRow::new(k).put("s", format!("v{v:05}")).into(),
-                2 => UpdateRow::new(k).put("y", v).into(),
-                3 => UpdateRow::new(k).put("x", v).into(),
-                _ => DeleteRow::new(k).into(),
-            }
-        })
-        .collect()
+async fn table(background: bool) -> (tempfile::TempDir, Database, Table) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = DbOptions::default().clock(std::sync::Arc::new(ManualClock::new(T0)));
+    let (db, t) = xsy_table(dir.path(), opts, background).await;
+    (dir, db, t)
 }
 
 /// The sum of `x` over the table's rows, from the row API.
@@ -102,7 +87,7 @@ fn builds(t: &Table) -> (u64, u64) {
 async fn overlays_encode_the_columns_scans_ask_for() {
     let (_dir, db, t) = table(false).await;
     let mut rng = StdRng::seed_from_u64(3);
-    write_ok(&t, writes(&mut rng, 400)).await;
+    write_ok(&t, writes(&mut rng, 400, 0)).await;
     let sess = SqlSession::new(db.clone());
 
     assert_eq!(sum_x(&sess).await, api_sum_x(&t).await, "one column");
@@ -129,7 +114,7 @@ async fn overlays_encode_the_columns_scans_ask_for() {
     assert_eq!(builds(&t), (2, 0));
 
     // Later writes extend it, keeping every column it holds.
-    write_ok(&t, writes(&mut rng, 300)).await;
+    write_ok(&t, writes(&mut rng, 300, 0)).await;
     assert_eq!(sum_x(&sess).await, api_sum_x(&t).await, "after more writes");
     assert_eq!(builds(&t), (2, 1));
     check_y_where_s(&sess, &t, "after more writes").await;
@@ -149,7 +134,7 @@ async fn background_overlays_encode_what_scans_asked_for() {
     assert_eq!(sum_x(&sess).await, api_sum_x(&t).await);
     check_y_where_s(&sess, &t, "no memtable").await;
     assert_eq!(builds(&t), (0, 0));
-    write_ok(&t, writes(&mut rng, 400)).await;
+    write_ok(&t, writes(&mut rng, 400, 0)).await;
     let start = std::time::Instant::now();
     while builds(&t) == (0, 0) {
         assert!(start.elapsed().as_secs() < 10, "no overlay was built in the background");

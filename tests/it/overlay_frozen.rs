@@ -14,15 +14,17 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::common::{pk, scan_all};
+use crate::overlay_columns::xsy_table;
 use crate::sql::{api_rows, rows, text_rows, write_ok};
 
 /// Random writes over cards -5..3010 (the segment's and a few around it)
-/// and 5000..5000 + `tail` (past the segment, in its gap): PutRows,
-/// UpdateRows of one column or two, a column deleted, DeleteRows.
-fn writes(rng: &mut StdRng, n: usize, tail: i64) -> Vec<RowWrite> {
+/// and, half of them when `tail` > 0, 5000..5000 + `tail` (past the
+/// segment, in its gap): PutRows, UpdateRows of one column or two, a
+/// column deleted, DeleteRows.
+pub(crate) fn writes(rng: &mut StdRng, n: usize, tail: i64) -> Vec<RowWrite> {
     (0..n)
         .map(|_| {
-            let card = if rng.random_bool(0.5) {
+            let card = if tail == 0 || rng.random_bool(0.5) {
                 rng.random_range(-5..3010i64)
             } else {
                 5000 + rng.random_range(0..tail)
@@ -79,25 +81,7 @@ async fn check(sess: &SqlSession, t: &Table, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scans_beside_a_frozen_memtable_use_overlays_of_both() {
     let (dir, store, options) = crate::faults::failing_store();
-    let opts = DbOptions {
-        row_group_rows: 64,
-        page_rows: 16,
-        background_overlays: None,
-        ..options()
-    };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
-    let t = crate::common::card_order_table(&db, TableOptions::default()).await;
-    let base: Vec<RowWrite> = (0..3000i64)
-        .map(|i| {
-            PutRow::new(pk(i, "o"))
-                .column("x", i)
-                .column("s", format!("v{i:05}"))
-                .column("y", 2 * i)
-                .into()
-        })
-        .collect();
-    write_ok(&t, base).await;
-    t.compact().await.unwrap();
+    let (db, t) = xsy_table(dir.path(), options(), false).await;
     let sess = SqlSession::new(db.clone());
     let mut rng = StdRng::seed_from_u64(21);
 
@@ -141,24 +125,7 @@ async fn scans_beside_a_frozen_memtable_use_overlays_of_both() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overlay_built_by_a_range_scan_merges_the_frozen_memtable_outside_the_range() {
     let (dir, store, options) = crate::faults::failing_store();
-    let opts = DbOptions {
-        row_group_rows: 64,
-        page_rows: 16,
-        background_overlays: None,
-        ..options()
-    };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
-    let t = crate::common::card_order_table(&db, TableOptions::default()).await;
-    let base: Vec<RowWrite> = (0..3000i64)
-        .map(|i| {
-            PutRow::new(pk(i, "o"))
-                .column("x", i)
-                .column("s", format!("v{i:05}"))
-                .into()
-        })
-        .collect();
-    write_ok(&t, base).await;
-    t.compact().await.unwrap();
+    let (db, t) = xsy_table(dir.path(), options(), false).await;
     let sess = SqlSession::new(db.clone());
     // Frozen: updates of keys new to the table (x) and of segment rows (x).
     let frozen: Vec<RowWrite> = (2000..2100i64)
