@@ -152,8 +152,7 @@ impl Overlay {
         }
         let columns: Vec<(String, TypeSet)> = columns.into_iter().collect();
         let wanted = match base {
-            Some(b) if !b.wanted.is_superset(wanted) => Arc::new(b.wanted.union(wanted).cloned().collect()),
-            Some(b) => b.wanted.clone(),
+            Some(b) => with_columns(&b.wanted, wanted),
             None => wanted.clone(),
         };
         let placed_by = base;
@@ -217,8 +216,10 @@ impl Overlay {
             // A pass encodes up to BUILD_CHUNK keys under the memtable's
             // read lock. A PutRow is encoded from its cells (it alone
             // decides the row); an UpdateRow over a stored row ends the
-            // pass, as that row is read (async) to merge it under.
-            let mut merge: Option<RowState> = None;
+            // pass, as that row is read (async) to merge it under; so does
+            // one of a key an older memtable holds (`true`: merged over
+            // those).
+            let mut merge: Option<(RowState, bool)> = None;
             let mut in_pass = 0;
             let stopped = mem.for_each_changed(&range, resume.as_deref(), after, at, |key, writes| {
                 if keys.get(i).map(Vec::as_slice) != Some(key) {
@@ -231,13 +232,13 @@ impl Overlay {
                 if !put {
                     let mut st = writes.to_state();
                     if !st.replace && in_older(key) {
-                        merge = Some(st);
+                        merge = Some((st, true));
                         return Ok(false);
                     }
                     if !st.replace && found[i] {
                         let group = bounds.get(group_of(pos[i])).map(Vec::as_slice);
                         if !group.is_some_and(|b| lays_over(&st, &names, b)) {
-                            merge = Some(st);
+                            merge = Some((st, false));
                             return Ok(false);
                         }
                         partial[i] = true;
@@ -249,10 +250,10 @@ impl Overlay {
                 in_pass += 1;
                 Ok(in_pass < BUILD_CHUNK)
             })?;
-            if let Some(st) = merge {
+            if let Some((st, over_older)) = merge {
                 let key = &keys[i];
                 let below = match older {
-                    Some(o) if in_older(key) => o.get_state(key, None).await?,
+                    Some(o) if over_older => o.get_state(key, None).await?,
                     _ => {
                         let seg = seg.ok_or_else(|| Error::corruption("overlay: a key found in no segment"))?;
                         seg.get(key, None).await?
@@ -339,13 +340,8 @@ impl Overlay {
     /// oldest first) in `range`, every run merged: a key's row is the
     /// newest overlay's holding it.
     pub fn span(overlays: &[Arc<Overlay>], range: &KeyRange) -> OverlaySpan {
-        match overlays {
-            [one] => runs::span(&one.runs, range),
-            all => {
-                let runs: Vec<Arc<Run>> = all.iter().flat_map(|o| o.runs.iter().cloned()).collect();
-                runs::span(&runs, range)
-            }
-        }
+        let runs: Vec<Arc<Run>> = overlays.iter().flat_map(|o| o.runs.iter().cloned()).collect();
+        runs::span(&runs, range)
     }
 }
 
@@ -510,6 +506,15 @@ pub(crate) async fn warm(table: Arc<TableInner>, mem: Arc<Memtable>, segments: A
     }
     // Each build runs on its own task from its first poll on.
     futures::future::join_all(builds).await;
+}
+
+/// `have` with the columns of `more` added (`have` itself when it holds
+/// them all).
+pub(super) fn with_columns(have: &Arc<BTreeSet<String>>, more: &BTreeSet<String>) -> Arc<BTreeSet<String>> {
+    if have.is_superset(more) {
+        return have.clone();
+    }
+    Arc::new(have.union(more).cloned().collect())
 }
 
 /// The memory the overlays of `mem` hold (those being built are not

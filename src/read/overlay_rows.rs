@@ -171,9 +171,7 @@ pub(super) fn note_wide_scan(cx: &ScanCtx) {
         .wide_scan_ms
         .store(crate::state::monotonic_ms(), std::sync::atomic::Ordering::Relaxed);
     let mut asked = table.overlay_columns.lock();
-    if !asked.is_superset(&cx.overlay_columns) {
-        *asked = Arc::new(asked.union(&cx.overlay_columns).cloned().collect());
-    }
+    *asked = super::overlay::with_columns(&asked, &cx.overlay_columns);
 }
 
 /// The rows of a piece no segment overlaps, from the overlay of its gap
