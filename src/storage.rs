@@ -34,6 +34,9 @@ pub(crate) struct Storage {
     /// The ZSTD level of compaction outputs' value columns
     /// (`DbOptions::compaction_zstd_level`).
     pub compaction_zstd: Option<i32>,
+    /// The ZSTD level of compaction outputs' `__pk` and `__cells`
+    /// (`DbOptions::compaction_point_zstd_level`).
+    pub compaction_point_zstd: Option<i32>,
     /// How segments opened by this database use their checksums.
     pub read_checks: ReadChecks,
     /// Column chunks read from archived segments (`DbOptions::archive_cache_bytes`).
@@ -49,10 +52,12 @@ pub(crate) struct Storage {
 
 impl Storage {
     /// How compactions write segments: as flushes, with the value and
-    /// system columns under ZSTD.
+    /// system columns, and `__pk` and `__cells`, under ZSTD where the
+    /// options ask for it.
     pub fn compaction_options(&self) -> SegmentWriteOptions {
         SegmentWriteOptions {
             value_zstd: self.compaction_zstd,
+            point_zstd: self.compaction_point_zstd,
             ..self.segment_options
         }
     }

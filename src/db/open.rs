@@ -48,12 +48,17 @@ impl Database {
                 "Database::open must run inside a Tokio runtime (e.g. #[tokio::main])",
             )
         })?;
-        if let Some(level) = options.compaction_zstd_level
-            && !(1..=22).contains(&level)
-        {
-            return Err(Error::param(format!(
-                "DbOptions::compaction_zstd_level {level} is out of range: ZSTD levels are 1 to 22 (None: LZ4)"
-            )));
+        for (name, level) in [
+            ("compaction_zstd_level", options.compaction_zstd_level),
+            ("compaction_point_zstd_level", options.compaction_point_zstd_level),
+        ] {
+            if let Some(level) = level
+                && !(1..=22).contains(&level)
+            {
+                return Err(Error::param(format!(
+                    "DbOptions::{name} {level} is out of range: ZSTD levels are 1 to 22 (None: LZ4)"
+                )));
+            }
         }
         let root = path.as_ref().to_path_buf();
         std::fs::create_dir_all(root.join("wal"))
@@ -92,8 +97,10 @@ impl Database {
                 value_zstd: None,
                 value_page_bytes: options.compacted_page_bytes,
                 value_lz4: options.value_compression == crate::options::ValueCompression::Lz4,
+                point_zstd: None,
             },
             compaction_zstd: options.compaction_zstd_level,
+            compaction_point_zstd: options.compaction_point_zstd_level,
             read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),
             chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
                 options.archive_cache_bytes,

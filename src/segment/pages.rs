@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Buf, Bytes};
+use parquet::basic::Compression;
 use parquet::column::page::PageReader;
 use parquet::column::reader::ColumnReaderImpl;
 use parquet::data_type::{ByteArray, ByteArrayType, DataType};
@@ -296,11 +297,30 @@ impl GroupPages<'_> {
         };
         let path = self.file.path.as_str();
         let n = rows.len();
-        let mut pages = SerializedPageReader::new(self.file.clone(), group.column(leaf), total, locations.clone())
-            .map_err(|e| super::read_error(path, e))?;
+        let chunk = group.column(leaf);
         // A page of one PLAIN byte array leaf without a dictionary (as
         // `__pk` and `__cells` are written) is decoded here directly.
-        if direct && group.column(leaf).dictionary_page_offset().is_none() && locations.is_some() {
+        if direct && chunk.dictionary_page_offset().is_none() && locations.is_some() {
+            // Under ZSTD the page is read as stored (the reader is told
+            // the chunk is uncompressed) and decompressed with this
+            // thread's context: Parquet's reader makes a new one per page
+            // reader, which cost a get ~45 us.
+            let zstd = matches!(chunk.compression(), Compression::ZSTD(_));
+            let stored;
+            let meta = match zstd {
+                true => {
+                    stored = chunk
+                        .clone()
+                        .into_builder()
+                        .set_compression(Compression::UNCOMPRESSED)
+                        .build()
+                        .map_err(|e| super::read_error(path, e))?;
+                    &stored
+                }
+                false => chunk,
+            };
+            let mut pages = SerializedPageReader::new(self.file.clone(), meta, total, locations.clone())
+                .map_err(|e| super::read_error(path, e))?;
             if i.is_some_and(|i| i > 0) {
                 pages.skip_next_page().map_err(|e| super::read_error(path, e))?;
             }
@@ -313,6 +333,10 @@ impl GroupPages<'_> {
                         self.rg, rows.start
                     ))
                 })?;
+            let page = match zstd {
+                true => unzstd(page).map_err(|e| self.err(format!("row group {} leaf {leaf}: {e}", self.rg)))?,
+                false => page,
+            };
             if let Some(at) = plain_offsets(&page, descr.max_def_level(), n).map_err(|e| self.err(e))? {
                 return Ok(Page {
                     first_row: rows.start,
@@ -322,9 +346,9 @@ impl GroupPages<'_> {
             }
             #[cfg(test)]
             tests::FALLBACKS.fetch_add(1, Ordering::Relaxed);
-            pages = SerializedPageReader::new(self.file.clone(), group.column(leaf), total, locations)
-                .map_err(|e| super::read_error(path, e))?;
         }
+        let pages = SerializedPageReader::new(self.file.clone(), chunk, total, locations)
+            .map_err(|e| super::read_error(path, e))?;
         let mut reader = ColumnReaderImpl::<ByteArrayType>::new(descr.clone(), Box::new(pages));
         let skipped = reader
             .skip_records(rows.start)
@@ -588,6 +612,91 @@ fn plain_offsets(
     Ok(Some(at))
 }
 
+thread_local! {
+    /// This thread's ZSTD decompression context, made on first use.
+    static UNZSTD: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A largest decompressed page: far past what Cellar writes (a few KiB),
+/// so that a frame header claiming more is refused, not allocated.
+const MAX_PAGE_BYTES: u64 = 256 << 20;
+
+/// A data page read as stored from a ZSTD chunk, decompressed: its levels
+/// and values of a V1 page, its values of a compressed V2 page.
+fn unzstd(page: parquet::column::page::Page) -> std::result::Result<parquet::column::page::Page, String> {
+    use parquet::column::page::Page as P;
+    Ok(match page {
+        P::DataPage {
+            buf,
+            num_values,
+            encoding,
+            def_level_encoding,
+            rep_level_encoding,
+            statistics,
+        } => P::DataPage {
+            buf: unzstd_after(&buf, 0)?,
+            num_values,
+            encoding,
+            def_level_encoding,
+            rep_level_encoding,
+            statistics,
+        },
+        P::DataPageV2 {
+            buf,
+            num_values,
+            encoding,
+            num_nulls,
+            num_rows,
+            def_levels_byte_len,
+            rep_levels_byte_len,
+            is_compressed,
+            statistics,
+        } => P::DataPageV2 {
+            buf: match is_compressed {
+                true => unzstd_after(&buf, (def_levels_byte_len + rep_levels_byte_len) as usize)?,
+                false => buf,
+            },
+            num_values,
+            encoding,
+            num_nulls,
+            num_rows,
+            def_levels_byte_len,
+            rep_levels_byte_len,
+            is_compressed: false,
+            statistics,
+        },
+        P::DictionaryPage { .. } => return Err("a dictionary page where a data page was expected".into()),
+    })
+}
+
+/// `buf`'s first `keep` bytes as they are, then the ZSTD frame after them
+/// decompressed.
+fn unzstd_after(buf: &Bytes, keep: usize) -> std::result::Result<Bytes, String> {
+    let (head, frame) = buf.split_at_checked(keep).ok_or("a page ends inside its levels")?;
+    let size = match zstd::zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(size)) if size <= MAX_PAGE_BYTES => size as usize,
+        Ok(Some(size)) => return Err(format!("a ZSTD page claims {size} bytes decompressed")),
+        Ok(None) | Err(_) => return Err("a ZSTD page without its decompressed size".into()),
+    };
+    let mut out = std::io::Cursor::new(Vec::with_capacity(keep + size));
+    out.get_mut().extend_from_slice(head);
+    out.set_position(keep as u64);
+    let n = UNZSTD.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let d = match &mut *cell {
+            Some(d) => d,
+            None => cell.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
+        };
+        d.decompress_to_buffer(frame, &mut out)
+            .map_err(|e| format!("ZSTD page: {e}"))
+    })?;
+    let out = out.into_inner();
+    if n != size || out.len() != keep + size {
+        return Err(format!("a ZSTD page gave {n} bytes where its frame said {size}"));
+    }
+    Ok(Bytes::from(out))
+}
+
 /// `rows` levels of bit width 1 from Parquet's RLE / bit-packed hybrid
 /// encoding (`true`: defined).
 fn bit_levels(mut data: &[u8], rows: usize) -> std::result::Result<Vec<bool>, String> {
@@ -652,7 +761,6 @@ mod tests {
     use super::*;
     use arrow::array::{ArrayRef, BinaryArray, RecordBatch};
     use parquet::arrow::ArrowWriter;
-    use parquet::basic::Compression;
     use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
     use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 
@@ -680,6 +788,16 @@ mod tests {
             (WriterVersion::PARQUET_1_0, Compression::LZ4_RAW, Encoding::PLAIN),
             (WriterVersion::PARQUET_2_0, Compression::LZ4_RAW, Encoding::PLAIN),
             (WriterVersion::PARQUET_1_0, Compression::UNCOMPRESSED, Encoding::PLAIN),
+            (
+                WriterVersion::PARQUET_1_0,
+                Compression::ZSTD(Default::default()),
+                Encoding::PLAIN,
+            ),
+            (
+                WriterVersion::PARQUET_2_0,
+                Compression::ZSTD(Default::default()),
+                Encoding::PLAIN,
+            ),
             // Not PLAIN: left to the column reader.
             (
                 WriterVersion::PARQUET_2_0,

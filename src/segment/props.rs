@@ -54,6 +54,9 @@ pub(crate) struct SegmentWriteOptions {
     /// Without `value_zstd`: LZ4 on the value and system leaves (else
     /// they are stored as encoded). Defaults to false.
     pub value_lz4: bool,
+    /// `__pk` and `__cells` (what point reads decode): ZSTD at this level
+    /// instead of LZ4. Their pages are cut as without it.
+    pub point_zstd: Option<i32>,
 }
 
 impl Default for SegmentWriteOptions {
@@ -69,6 +72,7 @@ impl Default for SegmentWriteOptions {
             value_zstd: None,
             value_page_bytes: 64 << 10,
             value_lz4: false,
+            point_zstd: None,
         }
     }
 }
@@ -207,6 +211,10 @@ pub(super) fn writer_properties(
     plain_numbers: &[ColumnPath],
 ) -> WriterProperties {
     let pk = ColumnPath::from(format::PK);
+    let point_codec = match opts.point_zstd {
+        Some(level) => Compression::ZSTD(ZstdLevel::try_new(level).unwrap_or_default()),
+        None => Compression::LZ4_RAW,
+    };
     // The value and system leaves' codec and page limit (see
     // `SegmentWriteOptions::value_zstd`); the key leaves and `__cells`
     // set theirs below.
@@ -238,7 +246,7 @@ pub(super) fn writer_properties(
         .set_statistics_truncate_length(None)
         .set_column_index_truncate_length(None)
         .set_column_statistics_enabled(pk.clone(), EnabledStatistics::Page)
-        .set_column_compression(pk.clone(), Compression::LZ4_RAW)
+        .set_column_compression(pk.clone(), point_codec)
         .set_column_data_page_size_limit(pk.clone(), opts.page_bytes.max(1))
         .set_column_dictionary_enabled(pk.clone(), false)
         // Plain, not prefix-coded: a point get decodes the keys of a page
@@ -260,7 +268,7 @@ pub(super) fn writer_properties(
     let cells = ColumnPath::from(format::CELLS);
     b = b
         .set_column_statistics_enabled(cells.clone(), EnabledStatistics::None)
-        .set_column_compression(cells.clone(), Compression::LZ4_RAW)
+        .set_column_compression(cells.clone(), point_codec)
         // PLAIN, as `__pk`: point reads decode these pages themselves
         // (`pages.rs`), without Parquet's column readers.
         .set_column_encoding(cells.clone(), Encoding::PLAIN)

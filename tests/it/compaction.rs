@@ -11,7 +11,7 @@ use futures::StreamExt;
 use crate::common::*;
 use crate::faults::FailingStore;
 
-fn manual(clock: &Arc<ManualClock>) -> DbOptions {
+pub(crate) fn manual(clock: &Arc<ManualClock>) -> DbOptions {
     DbOptions {
         auto_compaction: false,
         ..DbOptions::default().clock(clock.clone())
@@ -74,7 +74,7 @@ async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     panic!("timed out waiting until {what}");
 }
 
-async fn put_range(t: &Table, cards: std::ops::Range<i64>, tag: &str) {
+pub(crate) async fn put_range(t: &Table, cards: std::ops::Range<i64>, tag: &str) {
     for i in cards {
         t.put_row(PutRow::new(pk(i, "a")).column("v", tag).column("n", i))
             .await
@@ -309,7 +309,7 @@ async fn replaced_files_stay_while_a_reader_holds_them() {
 }
 
 /// The segment files under `p`, recursively.
-fn walkdir(p: std::path::PathBuf) -> Vec<String> {
+pub(crate) fn walkdir(p: std::path::PathBuf) -> Vec<String> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
         let path = e.path();
@@ -594,177 +594,10 @@ async fn staged_uploads_left_by_a_crash_are_deleted_on_open() {
     assert_eq!(scan_all(&db.table("t").unwrap(), GetRange::new()).await, rows);
 }
 
-/// The columns segments keep under LZ4 whatever the value codec.
-const KEY_LEAVES: [&str; 4] = ["__pk", "__cells", "card", "order"];
-
-/// `value_compression: Lz4` puts LZ4 on every column of a flush, and the
-/// rows read back the same.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lz4_value_columns_on_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let opts = DbOptions {
-        value_compression: ValueCompression::Lz4,
-        ..manual(&clock)
-    };
-    let db = Database::open_with(dir.path(), opts).await.unwrap();
-    let t = card_order_table(&db, TableOptions::default()).await;
-    put_range(&t, 0..200, "x").await;
-    let before = scan_all(&t, GetRange::new()).await;
-    t.flush().await.unwrap();
-    let codecs = chunk_codecs(dir.path());
-    assert!(codecs.len() > 4);
-    assert!(
-        codecs.iter().all(|(_, c)| *c == parquet::basic::Compression::LZ4_RAW),
-        "{codecs:?}"
-    );
-    assert_eq!(scan_all(&t, GetRange::new()).await, before);
-    drop(t);
-    db.close().await.unwrap();
-}
-
 /// `req` reading up to 3 versions of each column.
-fn three_versions(req: GetRange) -> GetRange {
+pub(crate) fn three_versions(req: GetRange) -> GetRange {
     req.options(ReadOptions {
         max_versions: Some(3),
         ..Default::default()
     })
-}
-
-/// The codec of every column chunk of every segment file under `dir`:
-/// (top-level column, codec).
-fn chunk_codecs(dir: &std::path::Path) -> Vec<(String, parquet::basic::Compression)> {
-    use parquet::file::reader::FileReader;
-    let mut out = Vec::new();
-    for f in walkdir(dir.join("tables")) {
-        let r = parquet::file::serialized_reader::SerializedFileReader::new(std::fs::File::open(f).unwrap()).unwrap();
-        for rg in r.metadata().row_groups() {
-            for c in rg.columns() {
-                out.push((c.column_path().parts()[0].clone(), c.compression()));
-            }
-        }
-    }
-    out
-}
-
-/// `DbOptions::compaction_zstd_level`: compaction outputs compress their
-/// value and system columns with ZSTD and keep the key, `__pk` and
-/// `__cells` under LZ4; overwrites, deletes and versions read the same
-/// before and after, and after a reopen. Out-of-range levels are refused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zstd_compaction_outputs_read_the_same() {
-    use parquet::basic::Compression;
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let opts = || DbOptions {
-        compaction_zstd_level: Some(3),
-        row_group_rows: 64,
-        page_bytes: 64,
-        compacted_page_bytes: 512,
-        ..manual(&clock)
-    };
-    let db = Database::open_with(dir.path(), opts()).await.unwrap();
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            max_versions: 3,
-            ..Default::default()
-        },
-    )
-    .await;
-    // Three flushes over the same keys: puts, updates with versions,
-    // column deletes and row deletes.
-    for round in 0..3i64 {
-        for i in 0..300i64 {
-            let key = pk(i % 100, &format!("o{}", i % 7));
-            match (i + round) % 5 {
-                0 => t.delete_row(DeleteRow::new(key)).await.map(|_| ()).unwrap(),
-                1 => t
-                    .update_row(UpdateRow::new(key).delete_all("s"))
-                    .await
-                    .map(|_| ())
-                    .unwrap(),
-                2 => t
-                    .update_row(UpdateRow::new(key).put_at("n", i * 10 + round, T0 + round))
-                    .await
-                    .map(|_| ())
-                    .unwrap(),
-                _ => t
-                    .put_row(
-                        PutRow::new(key)
-                            .column("s", format!("v{round}-{i}"))
-                            .column("n", i)
-                            .column("d", i as f64 / 3.0)
-                            .column("b", i % 2 == 0),
-                    )
-                    .await
-                    .map(|_| ())
-                    .unwrap(),
-            }
-        }
-        t.flush().await.unwrap();
-    }
-    let all = || three_versions(GetRange::new());
-    let before = scan_all(&t, all()).await;
-    assert!(before.len() > 50, "{} rows", before.len());
-    // Flushes: the key leaves, `__pk` and `__cells` LZ4, the value and
-    // system leaves as encoded (`DbOptions::value_compression`).
-    for (col, codec) in chunk_codecs(dir.path()) {
-        let want = if KEY_LEAVES.contains(&col.as_str()) {
-            Compression::LZ4_RAW
-        } else {
-            Compression::UNCOMPRESSED
-        };
-        assert_eq!(codec, want, "flushed column {col}");
-    }
-    t.compact().await.unwrap();
-    assert_eq!(scan_all(&t, all()).await, before, "after the compaction");
-    let codecs = chunk_codecs(dir.path());
-    assert!(!codecs.is_empty());
-    for (col, codec) in &codecs {
-        let lz4 = KEY_LEAVES.contains(&col.as_str());
-        assert_eq!(matches!(codec, Compression::ZSTD(_)), !lz4, "column {col} is {codec:?}");
-    }
-    // Point reads (through `__cells`) and SQL (through the columns).
-    for r in before.iter().step_by(7) {
-        let got = t
-            .get_row(GetRow::new(r.primary_key.clone()).options(ReadOptions {
-                max_versions: Some(3),
-                ..Default::default()
-            }))
-            .await
-            .unwrap()
-            .row;
-        assert_eq!(got.as_ref(), Some(r));
-    }
-    let sql = cellar::sql::SqlSession::new(db.clone());
-    let n = sql.query("SELECT count(*) AS n FROM t").await.unwrap();
-    let n = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(n[0].column(0)).value(0);
-    assert_eq!(n as usize, before.len());
-    drop((sql, t));
-    db.close().await.unwrap();
-    let db = Database::open_with(dir.path(), opts()).await.unwrap();
-    let t = db.table("t").unwrap();
-    assert_eq!(scan_all(&t, all()).await, before, "after a reopen");
-    drop(t);
-    db.close().await.unwrap();
-
-    for level in [0, 23] {
-        let other = tempfile::tempdir().unwrap();
-        let opened = Database::open_with(
-            other.path(),
-            DbOptions {
-                compaction_zstd_level: Some(level),
-                ..DbOptions::default()
-            },
-        )
-        .await;
-        let Err(err) = opened else {
-            panic!("level {level} was accepted")
-        };
-        assert!(
-            err.to_string().contains("compaction_zstd_level") && err.to_string().contains("1 to 22"),
-            "{err}"
-        );
-    }
 }

@@ -34,7 +34,12 @@ impl CellarEngine {
             .build()
             .map_err(err)?;
         let (db, table) = rt.block_on(async {
-            let db = Database::open(dir).await.map_err(err)?;
+            // COMPARE_POINT_ZSTD=LEVEL: `compaction_point_zstd_level` (0: LZ4, the default).
+            let mut o = cellar::DbOptions::default();
+            if let Ok(v) = std::env::var("COMPARE_POINT_ZSTD") {
+                o.compaction_point_zstd_level = v.parse().ok().filter(|l| *l > 0);
+            }
+            let db = Database::open_with(dir, o).await.map_err(err)?;
             if db.table("t").is_err() {
                 db.create_table(
                     TableSchema::new("t")
