@@ -10,7 +10,7 @@
 //! and one `__cells` page. Scans never read it.
 //!
 //! ```text
-//! cells  = u8(1) u8(flags) varint(seq) [zigzag(row_ts)] [bytes(tombstones)] varint(n) n x column
+//! cells  = u8(2) u8(flags) varint(seq) [zigzag(row_ts)] [bytes(tombstones)] varint(n) n x column
 //! flags  = 1: replaces older sources, 2: row_ts follows, 4: tombstones follow
 //! column = varint(index) varint(m) m x (zigzag(version - previous version) value)
 //! ```
@@ -21,7 +21,9 @@
 //! the file it is copied into. Versions are stored newest first per column, each as the difference
 //! (wrapping) from the version written before it in the same value (0
 //! before the first), so cells written together cost a byte each.
-//! `tombstones` and `value` are the encodings of `__tomb` and of the WAL.
+//! `tombstones` and `value` are the encodings of `__tomb` and of the WAL,
+//! except that doubles are decimal-coded where that is exact (encoding 2,
+//! since 2026-11-27; encoding 1 has 8-byte doubles only, and both read).
 //!
 //! Invariant: decoding a key's `__cells` gives exactly the state decoding
 //! its rows' columns gives ([`encode_cells`] is computed from those rows
@@ -39,7 +41,8 @@ use crate::error::{Error, Result};
 use crate::model::codec::{self, Decoder};
 use crate::model::row::RowState;
 
-const VERSION: u8 = 1;
+/// What this build writes; it reads 1 and 2.
+const VERSION: u8 = 2;
 const REPLACE: u8 = 1;
 const HAS_ROW_TS: u8 = 2;
 const HAS_TOMB: u8 = 4;
@@ -96,10 +99,7 @@ impl<'a> Child<'a> {
                 out.push(0);
                 codec::put_i64(out, a.value(i));
             }
-            Child::Double(a) => {
-                out.push(1);
-                out.extend_from_slice(&a.value(i).to_le_bytes());
-            }
+            Child::Double(a) => codec::put_double(out, a.value(i)),
             Child::Str(a) => {
                 out.push(2);
                 codec::put_bytes(out, a.value(i).as_bytes());
@@ -232,9 +232,9 @@ pub(crate) fn attribute_names(schema: &parquet::schema::types::SchemaDescriptor)
 fn open(bytes: &[u8]) -> Result<(Decoder<'_>, u8)> {
     let mut d = Decoder::new(bytes, "segment __cells");
     let version = d.u8()?;
-    if version != VERSION {
+    if !(1..=VERSION).contains(&version) {
         return Err(Error::corruption(format!(
-            "segment __cells: unknown encoding {version} (this build reads {VERSION})"
+            "segment __cells: unknown encoding {version} (this build reads 1 to {VERSION})"
         )));
     }
     let flags = d.u8()?;
@@ -396,6 +396,7 @@ mod tests {
         prop_oneof![
             any::<i64>().prop_map(Value::Integer),
             any::<f64>().prop_map(Value::Double),
+            (-100_000_000i64..100_000_000).prop_map(|c| Value::Double(c as f64 / 100.0)),
             ".{0,12}".prop_map(Value::String),
             any::<bool>().prop_map(Value::Boolean),
             proptest::collection::vec(any::<u8>(), 0..12).prop_map(Value::Binary),
@@ -512,12 +513,33 @@ mod tests {
         }
     }
 
+    /// Files written before decimal-coded doubles (encoding 1) read as
+    /// they did, and the two encodings of one state decode the same.
+    #[test]
+    fn both_encodings_read() {
+        let names = ["a".to_string()];
+        let mut v1 = vec![1, 0, 5, 1, 0, 1, 14, 1];
+        v1.extend_from_slice(&42.37f64.to_le_bytes());
+        let mut v2 = vec![2, 0, 5, 1, 0, 1, 14];
+        codec::put_double(&mut v2, 42.37);
+        assert_eq!(v2.len(), 10, "{v2:?}");
+        let want = decode_cells(&v1, &names, None).unwrap();
+        assert_eq!(want.seq, 5);
+        assert_eq!(want.columns["a"].versions, vec![(7, Value::Double(42.37))]);
+        assert_eq!(decode_cells(&v2, &names, None).unwrap(), want);
+        assert_eq!(ranks(&v1).unwrap(), 1);
+        assert_eq!(ranks(&v2).unwrap(), 1);
+    }
+
     #[test]
     fn damaged_cells_are_an_error_not_a_panic() {
         for bytes in [
             &[][..],
-            &[2, 0, 0, 0],
+            &[3, 0, 0, 0],
+            &[0, 0, 0, 0],
             &[1, 0, 5],
+            &[2, 0, 1, 1, 0, 1, 0, 32, 0],
+            &[2, 0, 1, 1, 0, 1, 0, 18],
             &[1, 0, 1, 1, 3, 1],
             &[1, 0, 1, 0, 7],
             &[1, 0, 1, 1, 0, 1, 0, 0, 0, 9],
