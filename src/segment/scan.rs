@@ -28,7 +28,7 @@ use super::encode::decode_tombstones;
 use super::format::{self, ROW_MERGE};
 use super::pages::{CellsCursor, GroupPages, KeyCells, first_page_reaching, pk_page_index};
 use super::point::{RowGroupFile, cells_leaf, partition};
-use super::reader::{MappedRange, pk_bounds, row_group_overlaps};
+use super::reader::{MappedRange, overlapping_row_groups, pk_bounds};
 use super::versions::{self, SegmentBatchStream};
 use crate::error::{Error, Result};
 use crate::model::key::KeyRange;
@@ -216,8 +216,8 @@ impl Segment {
     pub async fn row_spans(&self, range: &KeyRange) -> Result<Vec<RowSpan>> {
         let meta = self.reader_metadata().await?;
         let md = meta.metadata();
-        Ok((0..md.num_row_groups())
-            .filter(|&rg| row_group_overlaps(md, rg, range))
+        Ok(overlapping_row_groups(md, range)
+            .into_iter()
             .map(|rg| RowSpan {
                 row_group: rg,
                 rows: selected_rows(md, rg, range),
@@ -465,8 +465,8 @@ impl SegmentCursor {
         let meta = self.seg.reader_metadata().await?.clone();
         let md = meta.metadata();
         if self.pending.is_none() {
-            let groups = (0..md.num_row_groups())
-                .filter(|&rg| row_group_overlaps(md, rg, &self.range))
+            let groups = overlapping_row_groups(md, &self.range)
+                .into_iter()
                 .map(|rg| (rg, selected_rows(md, rg, &self.range)))
                 .filter(|(_, rows)| rows.start < rows.end);
             self.pending = Some(if self.backward {
