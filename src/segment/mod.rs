@@ -18,6 +18,7 @@ pub(crate) mod chunk_cache;
 mod encode;
 pub(crate) mod format;
 pub(crate) mod newest;
+mod page_decode;
 pub(crate) mod pages;
 mod point;
 mod prefetch;

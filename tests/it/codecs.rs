@@ -10,7 +10,7 @@ use cellar::*;
 use parquet::basic::Compression;
 
 use crate::common::*;
-use crate::compaction::{manual, put_range, three_versions, walkdir};
+use crate::compaction::{manual, put_range, three_versions, three_versions_kept, walkdir};
 
 /// The typed key leaves of `card_order_table`: LZ4 in every segment.
 const TYPED_KEYS: [&str; 2] = ["card", "order"];
@@ -144,14 +144,7 @@ async fn zstd_compaction_outputs_read_the_same() {
         ..small_pages(&clock)
     };
     let db = Database::open_with(dir.path(), opts()).await.unwrap();
-    let t = card_order_table(
-        &db,
-        TableOptions {
-            max_versions: 3,
-            ..Default::default()
-        },
-    )
-    .await;
+    let t = card_order_table(&db, three_versions_kept()).await;
     rewrite_rounds(&t, 0..3).await;
     let all = || three_versions(GetRange::new());
     let before = scan_all(&t, all()).await;
@@ -219,12 +212,8 @@ async fn point_leaves_of_either_codec_read_the_same() {
         compaction_point_zstd_level: point,
         ..small_pages(&clock)
     };
-    let versions = TableOptions {
-        max_versions: 3,
-        ..Default::default()
-    };
     let db = Database::open_with(dir.path(), opts(None)).await.unwrap();
-    let t = card_order_table(&db, versions).await;
+    let t = card_order_table(&db, three_versions_kept()).await;
     rewrite_rounds(&t, 0..3).await;
     t.compact().await.unwrap();
     for (col, codec) in chunk_codecs(dir.path()) {

@@ -25,7 +25,7 @@ async fn manual_table() -> (tempfile::TempDir, Arc<ManualClock>, Database, Table
 }
 
 /// Table options that keep three versions of a cell.
-fn three_versions_kept() -> TableOptions {
+pub(crate) fn three_versions_kept() -> TableOptions {
     TableOptions {
         max_versions: 3,
         ..TableOptions::default()
