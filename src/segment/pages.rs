@@ -305,17 +305,16 @@ impl GroupPages<'_> {
             // reader, which cost a get ~45 us.
             let zstd = matches!(chunk.compression(), Compression::ZSTD(_));
             let stored;
-            let meta = match zstd {
-                true => {
-                    stored = chunk
-                        .clone()
-                        .into_builder()
-                        .set_compression(Compression::UNCOMPRESSED)
-                        .build()
-                        .map_err(|e| super::read_error(path, e))?;
-                    &stored
-                }
-                false => chunk,
+            let meta = if zstd {
+                stored = chunk
+                    .clone()
+                    .into_builder()
+                    .set_compression(Compression::UNCOMPRESSED)
+                    .build()
+                    .map_err(|e| super::read_error(path, e))?;
+                &stored
+            } else {
+                chunk
             };
             let mut pages = SerializedPageReader::new(self.file.clone(), meta, total, locations.clone())
                 .map_err(|e| super::read_error(path, e))?;
@@ -331,9 +330,10 @@ impl GroupPages<'_> {
                         self.rg, rows.start
                     ))
                 })?;
-            let page = match zstd {
-                true => unzstd(page).map_err(|e| self.err(format!("row group {} leaf {leaf}: {e}", self.rg)))?,
-                false => page,
+            let page = if zstd {
+                unzstd(page).map_err(|e| self.err(format!("row group {} leaf {leaf}: {e}", self.rg)))?
+            } else {
+                page
             };
             if let Some(at) = plain_offsets(&page, descr.max_def_level(), n).map_err(|e| self.err(e))? {
                 return Ok(Page {

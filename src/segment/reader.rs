@@ -372,23 +372,26 @@ pub(super) fn pk_bounds(stats: Option<&Statistics>) -> Option<(&[u8], &[u8])> {
 }
 
 /// The row groups that may hold keys of `range`, ascending. A segment's
-/// row groups hold ascending key spans (flushes and compactions check
-/// that keys ascend), so those that overlap `range` are one run, found by
-/// two binary searches on their `__pk` statistics instead of a look at
-/// each (a 10M-row table's range read looked at ~100 per segment); a row
-/// group without statistics makes it a look at each.
+/// row groups hold ascending, disjoint key spans (flushes and compactions
+/// check that keys ascend), so those that overlap `range` are one run,
+/// found by two binary searches on their `__pk` statistics instead of a
+/// look at each (a 10M-row table's range read looked at ~100 per
+/// segment); a search that meets a row group without statistics falls
+/// back to a look at each.
 pub(super) fn overlapping_row_groups(md: &ParquetMetaData, range: &KeyRange) -> Vec<usize> {
     let n = md.num_row_groups();
-    let bounds = |rg: usize| pk_bounds(md.row_group(rg).column(0).statistics());
-    if (0..n).any(|rg| bounds(rg).is_none()) {
-        return (0..n).filter(|&rg| row_group_overlaps(md, rg, range)).collect();
-    }
-    let bound = |rg: usize| bounds(rg).expect("checked above");
+    let missing = std::cell::Cell::new(false);
+    let bound = |rg: usize| {
+        let b = pk_bounds(md.row_group(rg).column(0).statistics());
+        missing.set(missing.get() || b.is_none());
+        b.unwrap_or_default()
+    };
     let first = super::partition(n, |rg| bound(rg).1 < range.lo.as_slice());
     let end = super::partition(n, |rg| range.hi.as_deref().is_none_or(|h| bound(rg).0 < h));
-    (first..end.max(first))
-        .filter(|&rg| row_group_overlaps(md, rg, range))
-        .collect()
+    if missing.get() {
+        return (0..n).filter(|&rg| row_group_overlaps(md, rg, range)).collect();
+    }
+    (first..end.max(first)).collect()
 }
 
 /// Whether row group `rg` may hold keys of `range` (its `__pk` statistics).
