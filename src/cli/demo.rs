@@ -53,20 +53,23 @@ pub(super) async fn run(db: &Database) -> Result<()> {
     match db.create_table(schema, options).await {
         Ok(()) => load(db).await?,
         Err(e) if e.kind() == ErrorKind::ObjectAlreadyExist => {
-            println!("-- table '{TABLE}' exists in {}; reading it", db.path().display());
+            say(&format!(
+                "-- table '{TABLE}' exists in {}; reading it",
+                db.path().display()
+            ))?;
         }
         Err(e) => return Err(e),
     }
     let sess = crate::sql::SqlSession::new(db.clone());
     for (name, text) in QUERIES {
-        println!("\n-- queries/demo/{name}");
+        say(&format!("\n-- queries/demo/{name}"))?;
         for stmt in crate::sql::split_statements(text) {
-            println!("{stmt};");
+            say(&format!("{stmt};"))?;
             let out = sess
                 .execute(&stmt)
                 .await
                 .map_err(|e| crate::Error::new(ErrorKind::Io, format!("demo query {name} failed: {e}")))?;
-            super::sql::print_output(out, super::sql::Format::Table).await?;
+            super::sql::print_output(out, super::sql::Format::Table, None, &mut super::stdout::stdout()).await?;
         }
     }
     Ok(())
@@ -147,12 +150,17 @@ async fn load(db: &Database) -> Result<()> {
             .await?;
         t.update_row(UpdateRow::new(pk).put_at("amount", 2.5, now + 2)).await?;
     }
-    println!(
+    say(&format!(
         "-- loaded {} consumption records into {}",
         CARDS * ORDERS_PER_CARD,
         db.path().display()
-    );
+    ))?;
     Ok(())
+}
+
+fn say(line: &str) -> Result<()> {
+    use std::io::Write;
+    writeln!(super::stdout::stdout(), "{line}").map_err(|e| crate::Error::io("write to stdout", e))
 }
 
 fn db_now() -> i64 {

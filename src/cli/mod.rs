@@ -10,6 +10,7 @@
 mod demo;
 pub mod json;
 mod sql;
+mod stdout;
 mod transfer;
 
 use std::io::Write;
@@ -359,10 +360,28 @@ pub fn main() -> i32 {
     };
     match rt.block_on(run(cli)) {
         Ok(code) => code,
+        // The reader of our output went away (`cellar scan t | head`):
+        // it has what it wanted.
+        Err(_) if stdout::closed() => 0,
         Err(e) => {
             eprintln!("error: {e}");
             if e.kind().is_user_error() { 2 } else { 1 }
         }
+    }
+}
+
+/// Whether a command only reads (so a missing data directory is an error,
+/// not a new database): `sql` when every statement of its `-c` and `-f`
+/// scripts is a query.
+fn only_reads(command: &Command) -> bool {
+    match command {
+        Command::List { .. } | Command::Describe { .. } | Command::Get { .. } | Command::Scan { .. } => true,
+        Command::Check { .. } | Command::Export { .. } => true,
+        Command::Sql { command, file, .. } if !command.is_empty() || !file.is_empty() => {
+            let files: Option<Vec<String>> = file.iter().map(|f| std::fs::read_to_string(f).ok()).collect();
+            files.is_some_and(|files| command.iter().chain(&files).all(|s| sql::only_queries(s)))
+        }
+        _ => false,
     }
 }
 
@@ -378,6 +397,14 @@ fn parse_json(s: &str, what: &str) -> Result<Json> {
 }
 
 async fn run(cli: Cli) -> Result<i32> {
+    let dir = data_dir(&cli);
+    if !dir.exists() && only_reads(&cli.command) {
+        return Err(Error::param(format!(
+            "the data directory {} does not exist, so there is nothing to read (nothing was created); \
+             --data DIR or $CELLAR_DATA names another, `cellar create` or CREATE TABLE starts a new one",
+            dir.display()
+        )));
+    }
     if let Command::Check { table, legacy } = &cli.command {
         // On the files alone: a database that no longer opens is checked too.
         return check(&data_dir(&cli), table.as_deref(), *legacy).await;
@@ -396,7 +423,7 @@ async fn run(cli: Cli) -> Result<i32> {
 }
 
 async fn run_command(db: &Database, command: Command) -> Result<i32> {
-    let mut out = std::io::stdout().lock();
+    let mut out = stdout::stdout();
     let io = |e: std::io::Error| Error::io("write to stdout", e);
     match command {
         Command::Create {
@@ -641,7 +668,7 @@ async fn check(dir: &std::path::Path, table: Option<&str>, legacy: bool) -> Resu
     }
     let damaged = report.damaged();
     out.push_str(&format!("checked {} files: {damaged} damaged\n", report.files.len()));
-    std::io::stdout()
+    stdout::stdout()
         .write_all(out.as_bytes())
         .map_err(|e| Error::io("write to stdout", e))?;
     Ok(if damaged == 0 { 0 } else { 3 })
@@ -678,7 +705,10 @@ async fn write_ops(table: &crate::db::Writer, file: Option<PathBuf>) -> Result<i
     let mut all_ok = true;
     let mut in_flight = FuturesOrdered::new();
     let mut input_open = true;
-    let mut stdout = std::io::stdout();
+    let mut stdout = stdout::stdout();
+    // Once the reader of the results is gone, the operations are still
+    // all applied (their results are not printed).
+    let mut printing = true;
     while input_open || !in_flight.is_empty() {
         tokio::select! {
             first = rx.recv(), if input_open && in_flight.len() < WRITE_IN_FLIGHT => {
@@ -735,7 +765,12 @@ async fn write_ops(table: &crate::db::Writer, file: Option<PathBuf>) -> Result<i
                     buf.push_str(&j.to_string());
                     buf.push('\n');
                 }
-                stdout.write_all(buf.as_bytes()).and_then(|_| stdout.flush()).map_err(|e| Error::io("write to stdout", e))?;
+                if printing && let Err(e) = stdout.write_all(buf.as_bytes()).and_then(|_| stdout.flush()) {
+                    if !stdout::closed() {
+                        return Err(Error::io("write to stdout", e));
+                    }
+                    printing = false;
+                }
             }
         }
     }

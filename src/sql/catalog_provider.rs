@@ -109,3 +109,14 @@ impl CellarSchema {
         self.session_tables.read().contains_key(name)
     }
 }
+
+/// The column names SQL shows for a table or series of `db` (`None`: there
+/// is none of that name), without planning a query: for completion and
+/// listings.
+pub fn column_names(db: &Database, name: &str) -> Option<Vec<String>> {
+    let schema = match db.series(name) {
+        Ok(s) => super::series::SeriesTable::new(db, s).schema(),
+        Err(_) => CellarTable::new(db.table(name).ok()?).schema(),
+    };
+    Some(schema.fields().iter().map(|f| f.name().clone()).collect())
+}

@@ -80,6 +80,7 @@ mod prune;
 pub(crate) mod pushdown;
 mod scan_exec;
 mod series;
+mod text;
 mod url_stores;
 mod versions;
 
@@ -95,12 +96,13 @@ use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::TryStreamExt;
 
-pub use catalog_provider::{CellarCatalog, CellarSchema};
+pub use catalog_provider::{CellarCatalog, CellarSchema, column_names};
 pub(crate) use export::export_query;
 pub use export::{ExportOptions, ExportReport, ExportedFile, export};
 pub use insert::InsertProgress;
 pub use provider::CellarTable;
 pub use scan_exec::CellarScanExec;
+pub use text::{ends_inside_quote, is_incomplete, split_statements};
 
 use crate::db::Database;
 
@@ -346,114 +348,6 @@ pub(crate) fn batches_stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> Se
     ))
 }
 
-/// Splits a script into statements at top-level `;` (outside quotes and
-/// comments). Empty statements are dropped.
-pub fn split_statements(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' | '"' | '`' => {
-                cur.push(c);
-                while let Some(d) = chars.next() {
-                    cur.push(d);
-                    if d == c {
-                        // A doubled quote is an escaped quote.
-                        if chars.peek() == Some(&c) {
-                            cur.push(c);
-                            chars.next();
-                        } else {
-                            break;
-                        }
-                    }
-                }
-            }
-            '-' if chars.peek() == Some(&'-') => {
-                for d in chars.by_ref() {
-                    if d == '\n' {
-                        cur.push('\n');
-                        break;
-                    }
-                }
-            }
-            '/' if chars.peek() == Some(&'*') => {
-                chars.next();
-                let mut prev = ' ';
-                for d in chars.by_ref() {
-                    if prev == '*' && d == '/' {
-                        break;
-                    }
-                    prev = d;
-                }
-                cur.push(' ');
-            }
-            ';' => {
-                if !cur.trim().is_empty() {
-                    out.push(cur.trim().to_string());
-                }
-                cur.clear();
-            }
-            _ => cur.push(c),
-        }
-    }
-    if !cur.trim().is_empty() {
-        out.push(cur.trim().to_string());
-    }
-    out
-}
-
-/// True when `text` holds an unfinished statement (no top-level `;` at the
-/// end, or an open quote or comment): the REPL keeps reading lines.
-pub fn is_incomplete(text: &str) -> bool {
-    let t = text.trim_end();
-    if t.is_empty() {
-        return false;
-    }
-    // Re-split with a sentinel: a complete text ends with ';' outside quotes.
-    let mut in_quote: Option<char> = None;
-    let mut in_block = false;
-    let mut last_sig = ' ';
-    let mut chars = t.chars().peekable();
-    while let Some(c) = chars.next() {
-        if in_block {
-            if c == '*' && chars.peek() == Some(&'/') {
-                chars.next();
-                in_block = false;
-            }
-            continue;
-        }
-        if let Some(q) = in_quote {
-            if c == q {
-                in_quote = None;
-            }
-            last_sig = c;
-            continue;
-        }
-        match c {
-            '\'' | '"' | '`' => in_quote = Some(c),
-            '-' if chars.peek() == Some(&'-') => {
-                for d in chars.by_ref() {
-                    if d == '\n' {
-                        break;
-                    }
-                }
-                continue;
-            }
-            '/' if chars.peek() == Some(&'*') => {
-                chars.next();
-                in_block = true;
-                continue;
-            }
-            _ => {}
-        }
-        if !c.is_whitespace() {
-            last_sig = c;
-        }
-    }
-    in_quote.is_some() || in_block || last_sig != ';'
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,15 +380,5 @@ mod tests {
         ] {
             check_name_chains(ok).unwrap();
         }
-    }
-
-    #[test]
-    fn statements_split_outside_quotes_and_comments() {
-        let s = split_statements("select ';' as a; -- c; x\nselect \"a;b\" from t /* ; */ ;;\n select 1");
-        assert_eq!(s, vec!["select ';' as a", "select \"a;b\" from t", "select 1"]);
-        assert!(is_incomplete("select 1"));
-        assert!(is_incomplete("select ';"));
-        assert!(!is_incomplete("select 1; -- done"));
-        assert!(!is_incomplete("select 'it''s';"));
     }
 }

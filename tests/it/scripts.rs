@@ -1,0 +1,254 @@
+//! `cellar sql` without a terminal: shell commands in `-c`, `-f` and stdin
+//! scripts, long results, and readers that close the pipe early.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use crate::common::run_cli;
+
+fn cellar(dir: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cellar"));
+    c.arg("--data").arg(dir);
+    c
+}
+
+const SCRIPT: &str = "\
+\\mode csv
+SELECT 1 AS a;
+.mode ndjson
+SELECT 2 AS b;
+-- a command on a continuation line runs, and is not part of the statement
+SELECT 3
+\\timing off
+AS c;
+";
+
+#[test]
+fn shell_commands_work_in_files_on_stdin_and_in_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("script.sql");
+    std::fs::write(&file, SCRIPT).unwrap();
+    let data = dir.path().join("data");
+    let expected = "a\n1\n{\"b\":2}\n{\"c\":3}\n";
+    run_cli(&data, &["sql", "-c", "CREATE TABLE t (k BIGINT, PRIMARY KEY (k))"], "");
+    let (code, out, err) = run_cli(&data, &["sql", "-f", file.to_str().unwrap()], "");
+    assert_eq!((code, out.as_str(), err.as_str()), (0, expected, ""));
+    let (code, out, err) = run_cli(&data, &["sql"], SCRIPT);
+    assert_eq!((code, out.as_str(), err.as_str()), (0, expected, ""));
+    let (code, out, _) = run_cli(&data, &["sql", "-c", SCRIPT], "");
+    assert_eq!((code, out.as_str()), (0, expected));
+    for list in ["\\dt", ".tables", "\\d"] {
+        let (code, out, _) = run_cli(&data, &["sql", "--format", "csv", "-c", list], "");
+        assert_eq!(
+            (code, out.as_str()),
+            (0, "table_name,kind,series,state,archive\nt,cellar,,local,\n"),
+            "{list}"
+        );
+    }
+    // `exit` ends a script where it stands.
+    let (code, out, _) = run_cli(
+        &data,
+        &["sql", "--format", "csv"],
+        "SELECT 1 AS x;\nexit\nSELECT 2 AS y;\n",
+    );
+    assert_eq!((code, out.as_str()), (0, "x\n1\n"));
+}
+
+#[test]
+fn a_bad_command_stops_a_script_like_a_bad_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let script = "\\mode csv\nSELECT 1 AS a;\n\\frobnicate\nSELECT 2 AS b;\n";
+    let (code, out, err) = run_cli(&data, &["sql"], script);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(out, "a\n1\n");
+    assert!(
+        err.contains("unknown command '\\frobnicate'") && err.contains("\\?"),
+        "{err}"
+    );
+    let (code, _, err) = run_cli(&data, &["sql", "-c", "\\mode xml"], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("accepted: table, csv, json, ndjson, line"), "{err}");
+    let (code, _, err) = run_cli(&data, &["sql", "-c", "\\i /no/such/file.sql"], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("/no/such/file.sql"), "{err}");
+}
+
+#[test]
+fn output_files_and_included_scripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let inner = dir.path().join("inner.sql");
+    let results = dir.path().join("results.csv");
+    std::fs::write(&inner, "SELECT 'from inner' AS src;\n").unwrap();
+    let script = format!(
+        "\\mode csv\n\\o {}\nSELECT 1 AS n;\n\\i {}\n\\o\nSELECT 2 AS m;\n",
+        results.display(),
+        inner.display()
+    );
+    let (code, out, err) = run_cli(&data, &["sql"], &script);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "m\n2\n");
+    assert_eq!(std::fs::read_to_string(&results).unwrap(), "n\n1\nsrc\nfrom inner\n");
+    // A file that includes itself is stopped.
+    let selfish = dir.path().join("self.sql");
+    std::fs::write(&selfish, format!("\\i {}\n", selfish.display())).unwrap();
+    let (code, _, err) = run_cli(&data, &["sql", "-f", selfish.to_str().unwrap()], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("include each other more than 16 deep"), "{err}");
+}
+
+#[test]
+fn long_results_print_every_row_from_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = run_cli(
+        dir.path(),
+        &[
+            "sql",
+            "-c",
+            "SELECT value FROM generate_series(1, 25000) ORDER BY value",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let values: Vec<i64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("| ")?.trim_end_matches('|').trim().parse().ok())
+        .collect();
+    assert_eq!(values, (1..=25000).collect::<Vec<_>>());
+    // Printed in blocks of 10,000 rows, each with its header.
+    assert_eq!(out.matches("| value |").count(), 3);
+    assert!(!out.contains("shown"), "no row limit outside the REPL");
+}
+
+/// Runs `args`, reads the first line of its output, closes the pipe, and
+/// returns the exit code and stderr.
+fn first_line_then_close(data: &std::path::Path, args: &[&str]) -> (String, Option<i32>, String) {
+    let mut child = cellar(data)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    (first, o.status.code(), String::from_utf8(o.stderr).unwrap())
+}
+
+#[test]
+fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (first, code, err) = first_line_then_close(&data, &["demo"]);
+    assert!(first.starts_with("-- loaded"), "{first}");
+    assert_eq!((code, err.as_str()), (Some(0), ""));
+    let (first, code, err) = first_line_then_close(
+        &data,
+        &[
+            "sql",
+            "--format",
+            "csv",
+            "-c",
+            "SELECT value FROM generate_series(1, 3000000)",
+        ],
+    );
+    assert_eq!(first, "value\n");
+    assert_eq!((code, err.as_str()), (Some(0), ""));
+    for format in ["table", "json", "ndjson", "line"] {
+        let (_, code, err) = first_line_then_close(
+            &data,
+            &[
+                "sql",
+                "--format",
+                format,
+                "-c",
+                "SELECT value FROM generate_series(1, 3000000)",
+            ],
+        );
+        assert_eq!((code, err.as_str()), (Some(0), ""), "{format}");
+    }
+    let (code, _, err) = run_cli(
+        &data,
+        &[
+            "sql",
+            "-c",
+            "CREATE TABLE wide (k BIGINT, v VARCHAR, PRIMARY KEY (k)); \
+             INSERT INTO wide SELECT value, repeat('x', 200) FROM generate_series(1, 3000)",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (first, code, err) = first_line_then_close(&data, &["scan", "wide"]);
+    assert!(first.contains("\"k\":1"), "{first}");
+    assert_eq!((code, err.as_str()), (Some(0), ""));
+}
+
+#[test]
+fn write_applies_every_operation_after_its_reader_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    run_cli(&data, &["create", "t", "--pk", "k:integer"], "");
+    let mut child = cellar(&data)
+        .args(["write", "t"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, r#"{{"op":"put","pk":{{"k":0}},"columns":{{"v":0}}}}"#).unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("\"ok\":true"), "{first}");
+    // The reader is gone; 20,000 more operations follow.
+    for k in 1..20_000 {
+        writeln!(stdin, r#"{{"op":"put","pk":{{"k":{k}}},"columns":{{"v":{k}}}}}"#).unwrap();
+    }
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let (_, out, _) = run_cli(
+        &data,
+        &[
+            "sql",
+            "--format",
+            "csv",
+            "-c",
+            "SELECT count(*) AS n, sum(v) AS s FROM t",
+        ],
+        "",
+    );
+    assert_eq!(out, format!("n,s\n20000,{}\n", (0..20_000i64).sum::<i64>()));
+}
+
+#[test]
+fn reads_of_a_missing_directory_say_so_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("never-made");
+    for args in [
+        &["list"][..],
+        &["describe", "t"],
+        &["get", "t", r#"{"k":1}"#],
+        &["scan", "t"],
+        &["check"],
+        &["sql", "-c", "SELECT 1; SHOW TABLES"],
+        &["sql", "-c", "\\dt"],
+    ] {
+        let (code, out, err) = run_cli(&data, args, "");
+        assert_eq!((code, out.as_str()), (2, ""), "{args:?}: {err}");
+        assert!(
+            err.contains("never-made does not exist") && err.contains("nothing was created"),
+            "{args:?}: {err}"
+        );
+        assert!(!data.exists(), "{args:?} created the directory");
+    }
+    // A statement that writes makes the directory, as before.
+    let (code, _, err) = run_cli(&data, &["sql", "-c", "CREATE TABLE t (k BIGINT, PRIMARY KEY (k))"], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(data.exists());
+}
