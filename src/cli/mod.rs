@@ -12,17 +12,17 @@ pub mod json;
 mod sql;
 mod stdout;
 mod transfer;
+mod write;
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use futures::stream::{FuturesOrdered, StreamExt};
 use serde_json::{Value as Json, json};
 
 use crate::Database;
 use crate::error::{Error, Result};
-use crate::model::api::{GetRange, GetRow, RowWrite};
+use crate::model::api::{GetRange, GetRow};
 use crate::model::row::ReadOptions;
 use crate::model::schema::{OptionsUpdate, TableOptions, TableSchema};
 use crate::model::types::PkType;
@@ -236,6 +236,9 @@ pub enum Command {
         table: String,
         /// NDJSON file of operations (default: stdin)
         file: Option<PathBuf>,
+        /// How to run it
+        #[command(flatten)]
+        args: write::WriteArgs,
     },
     /// Print one row as JSON, or null
     Get {
@@ -550,13 +553,13 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             }
             writeln!(out, "{j}").map_err(io)?;
         }
-        Command::Write { table, file } => {
+        Command::Write { table, file, args } => {
             drop(out);
             let target = match db.series(&table) {
                 Ok(s) => crate::db::Writer::Series(s),
                 Err(_) => crate::db::Writer::Table(db.table(&table)?),
             };
-            return write_ops(&target, file).await;
+            return write::write_ops(&target, file, args).await;
         }
         Command::Get { table, pk, read } => {
             let t = db.table(&table)?;
@@ -672,108 +675,4 @@ async fn check(dir: &std::path::Path, table: Option<&str>, legacy: bool) -> Resu
         .write_all(out.as_bytes())
         .map_err(|e| Error::io("write to stdout", e))?;
     Ok(if damaged == 0 { 0 } else { 3 })
-}
-
-/// Most operations per commit batch, and most batches in flight.
-const WRITE_BATCH: usize = 200;
-const WRITE_IN_FLIGHT: usize = 16;
-
-/// `cellar write`: reads NDJSON operations, commits them in pipelined
-/// batches (so one fsync covers many), and prints each line's result in
-/// input order once it is durable.
-async fn write_ops(table: &crate::db::Writer, file: Option<PathBuf>) -> Result<i32> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(WRITE_BATCH * WRITE_IN_FLIGHT);
-    let reader = std::thread::spawn(move || {
-        let input: Box<dyn std::io::BufRead> = match file {
-            Some(path) => match std::fs::File::open(&path) {
-                Ok(f) => Box::new(std::io::BufReader::new(f)),
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))));
-                    return;
-                }
-            },
-            None => Box::new(std::io::stdin().lock()),
-        };
-        for line in std::io::BufRead::lines(input) {
-            let stop = line.is_err();
-            if tx.blocking_send(line).is_err() || stop {
-                return;
-            }
-        }
-    });
-    let mut line_no = 0usize;
-    let mut all_ok = true;
-    let mut in_flight = FuturesOrdered::new();
-    let mut input_open = true;
-    let mut stdout = stdout::stdout();
-    // Once the reader of the results is gone, the operations are still
-    // all applied (their results are not printed).
-    let mut printing = true;
-    while input_open || !in_flight.is_empty() {
-        tokio::select! {
-            first = rx.recv(), if input_open && in_flight.len() < WRITE_IN_FLIGHT => {
-                let Some(first) = first else { input_open = false; continue };
-                let mut lines = vec![first];
-                while lines.len() < WRITE_BATCH {
-                    match rx.try_recv() {
-                        Ok(l) => lines.push(l),
-                        Err(_) => break,
-                    }
-                }
-                let mut results: Vec<Option<Result<crate::WriteResult>>> = Vec::with_capacity(lines.len());
-                let mut ops: Vec<RowWrite> = Vec::new();
-                let first_line = line_no + 1;
-                for l in lines {
-                    line_no += 1;
-                    match l {
-                        Err(e) => return Err(Error::io("read operations", e)),
-                        Ok(l) if l.trim().is_empty() => results.push(Some(Err(Error::param("empty line: expected a JSON operation")))),
-                        Ok(l) => match json::parse_op(table.schema(), &l) {
-                            Ok(op) => { ops.push(op); results.push(None); }
-                            Err(e) => results.push(Some(Err(e))),
-                        },
-                    }
-                }
-                // Queue now, in input order (the committer numbers writes in
-                // the order they are queued); only the wait for durability
-                // is pipelined.
-                let committed = if ops.is_empty() { None } else { Some(table.enqueue_batch(ops).await) };
-                in_flight.push_back(async move {
-                    let committed = match committed {
-                        None => Ok(Vec::new()),
-                        Some(Ok(queued)) => queued.durable().await,
-                        Some(Err(e)) => Err(e),
-                    };
-                    (first_line, results, committed)
-                });
-            }
-            Some((first_line, results, committed)) = in_flight.next(), if !in_flight.is_empty() => {
-                let mut committed = match committed {
-                    Ok(v) => v.into_iter().map(Some).collect::<Vec<_>>().into_iter(),
-                    Err(e) => vec![Some(Err(e)); results.iter().filter(|r| r.is_none()).count()].into_iter(),
-                };
-                let mut buf = String::new();
-                for (i, r) in results.into_iter().enumerate() {
-                    let r = r.or_else(|| committed.next().flatten()).unwrap_or_else(|| Err(Error::closed()));
-                    let j = match r {
-                        Ok(w) => json::write_result_json(first_line + i, &w),
-                        Err(e) => {
-                            all_ok = false;
-                            json!({"line": first_line + i, "ok": false, "error": {"kind": e.kind().as_str(), "message": e.message()}})
-                        }
-                    };
-                    buf.push_str(&j.to_string());
-                    buf.push('\n');
-                }
-                if printing && let Err(e) = stdout.write_all(buf.as_bytes()).and_then(|_| stdout.flush()) {
-                    if !stdout::closed() {
-                        return Err(Error::io("write to stdout", e));
-                    }
-                    printing = false;
-                }
-            }
-        }
-    }
-    let _ = reader.join();
-    Ok(if all_ok { 0 } else { 1 })
 }

@@ -309,17 +309,22 @@ fn write_from_a_file_and_parameter_errors() {
     )
     .unwrap();
     let o = c.run(&["write", "t", file.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1), "the empty line fails alone");
+    assert_eq!(o.status.code(), Some(0), "the blank line is skipped");
     let out = String::from_utf8(o.stdout).unwrap();
-    let oks: Vec<bool> = out
+    let oks: Vec<(u64, bool)> = out
         .lines()
         .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["ok"]
-                .as_bool()
-                .unwrap()
+            let j = serde_json::from_str::<serde_json::Value>(l).unwrap();
+            (j["line"].as_u64().unwrap(), j["ok"].as_bool().unwrap())
         })
         .collect();
-    assert_eq!(oks, vec![true, false, true]);
+    assert_eq!(oks, vec![(1, true), (3, true)]);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(
+        err.starts_with("cellar write: 2 operations, 2 ok, 0 failed, in "),
+        "{err}"
+    );
+    assert!(err.contains("; 1 blank lines skipped"), "{err}");
     let o = c.run(&["write", "t", "/nonexistent/ops.ndjson"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/ops.ndjson"));

@@ -252,3 +252,121 @@ fn reads_of_a_missing_directory_say_so_and_create_nothing() {
     assert_eq!(code, 0, "{err}");
     assert!(data.exists());
 }
+
+fn put(k: usize) -> String {
+    format!("{{\"op\":\"put\",\"pk\":{{\"k\":{k}}},\"columns\":{{\"v\":{k}}}}}\n")
+}
+
+fn count_and_sum(data: &std::path::Path) -> String {
+    let (_, out, _) = run_cli(
+        data,
+        &[
+            "sql",
+            "--format",
+            "csv",
+            "-c",
+            "SELECT count(*) AS n, sum(v) AS s FROM t",
+        ],
+        "",
+    );
+    out
+}
+
+#[test]
+fn write_quiet_and_from_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    run_cli(&data, &["create", "t", "--pk", "k:integer"], "");
+    // Line 3 is bad, line 4 blank.
+    let input = format!("{}{}{{\"op\":\"put\"}}\n\n{}", put(1), put(2), put(5));
+    let (code, out, err) = run_cli(&data, &["write", "t", "--quiet"], &input);
+    assert_eq!(code, 1, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "only the failure: {out}");
+    assert_eq!(
+        (lines[0]["line"].as_u64(), lines[0]["ok"].as_bool()),
+        (Some(3), Some(false))
+    );
+    assert!(
+        err.starts_with("cellar write: 4 operations, 3 ok, 1 failed, in "),
+        "{err}"
+    );
+    assert!(err.contains("; 1 blank lines skipped"), "{err}");
+    assert_eq!(count_and_sum(&data), "n,s\n3,8\n");
+    // From line 4: lines 1-3 are not applied, line numbers stay the input's.
+    let input = format!("{}{}{}{}", put(10), put(20), put(30), put(40));
+    let (code, out, err) = run_cli(&data, &["write", "t", "--from-line", "4"], &input);
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["line"], 4);
+    assert!(
+        err.contains("1 operations, 1 ok") && err.contains("lines before 4 skipped (--from-line)"),
+        "{err}"
+    );
+    assert_eq!(count_and_sum(&data), "n,s\n4,48\n");
+    let (code, _, err) = run_cli(&data, &["write", "t", "--from-line", "0"], "");
+    assert_eq!(code, 2);
+    assert!(err.contains("--from-line"), "{err}");
+}
+
+#[test]
+fn write_interrupted_says_where_to_resume_and_resuming_completes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    run_cli(&data, &["create", "t", "--pk", "k:integer"], "");
+    let all: String = (1..=3000).map(put).collect();
+    let mut child = cellar(&data)
+        .args(["write", "t"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // The first 1000 lines, then the input stays open (a slow producer).
+    stdin
+        .write_all(
+            all.lines()
+                .take(1000)
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+                .as_bytes(),
+        )
+        .unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    for _ in 0..10 {
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+    }
+    // SAFETY: kill(2) on the child's pid, which has not been waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    drop(stdin);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    let next: usize = err
+        .split("--from-line ")
+        .nth(1)
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    // Every line before `next` was reported and applied; none after.
+    let reported = rest.lines().count() + 10;
+    assert_eq!(reported, next - 1, "{err}");
+    let applied = next - 1;
+    assert_eq!(
+        count_and_sum(&data),
+        format!("n,s\n{applied},{}\n", (1..=applied).sum::<usize>())
+    );
+    // Resumed from there with the whole input: every line once.
+    let (code, out, err) = run_cli(&data, &["write", "t", "--from-line", &next.to_string()], &all);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 3000 - applied);
+    assert_eq!(
+        count_and_sum(&data),
+        format!("n,s\n3000,{}\n", (1..=3000).sum::<usize>())
+    );
+}

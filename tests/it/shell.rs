@@ -245,3 +245,33 @@ fn shell_commands_modes_and_row_limits() {
     p.send_line("exit").unwrap();
     p.exp_eof().unwrap();
 }
+
+#[test]
+fn write_shows_progress_on_a_terminal_and_a_summary() {
+    let s = Shell::new();
+    s.sql("CREATE TABLE t (k BIGINT, v BIGINT, PRIMARY KEY (k))");
+    let file = s.home.path().join("ops.ndjson");
+    let ops: String = (0..300_000)
+        .map(|k| format!("{{\"op\":\"put\",\"pk\":{{\"k\":{k}}},\"columns\":{{\"v\":{k}}}}}\n"))
+        .collect();
+    std::fs::write(&file, ops).unwrap();
+    // Results go to a file; stderr, the terminal, shows the progress.
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!(
+            "'{}' --data '{}' write t '{}' > /dev/null",
+            env!("CARGO_BIN_EXE_cellar"),
+            s.dir.path().display(),
+            file.display()
+        ))
+        .env("TERM", "xterm");
+    let mut p = rexpect::session::spawn_with_options(
+        c,
+        Options::new().timeout_ms(Some(120_000)).strip_ansi_escape_codes(true),
+    )
+    .unwrap();
+    p.exp_string(" operations (").unwrap();
+    p.exp_string("cellar write: 300000 operations, 300000 ok, 0 failed")
+        .unwrap();
+    p.exp_eof().unwrap();
+}
