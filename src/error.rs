@@ -41,6 +41,23 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind.
+    pub const ALL: [ErrorKind; 13] = [
+        ErrorKind::ParameterInvalid,
+        ErrorKind::InvalidPk,
+        ErrorKind::ObjectNotExist,
+        ErrorKind::ObjectAlreadyExist,
+        ErrorKind::ConditionCheckFail,
+        ErrorKind::RowOperationConflict,
+        ErrorKind::OutOfColumnCountLimit,
+        ErrorKind::OutOfRowSizeLimit,
+        ErrorKind::DatabaseLocked,
+        ErrorKind::Io,
+        ErrorKind::Corruption,
+        ErrorKind::Closed,
+        ErrorKind::ReadOnly,
+    ];
+
     /// The stable name used in CLI output (`"kind":"..."`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -164,5 +181,29 @@ impl From<parquet::errors::ParquetError> for Error {
 impl From<arrow::error::ArrowError> for Error {
     fn from(e: arrow::error::ArrowError) -> Self {
         Error::new(ErrorKind::Corruption, format!("arrow: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::ErrorKind;
+
+    /// docs/model.md's table of kinds lists each kind once, as printed.
+    #[test]
+    fn the_documented_kinds_are_the_printed_ones() {
+        let doc = include_str!("../docs/model.md");
+        let table = &doc[doc.find("## Errors").expect("an Errors section")..];
+        let mut documented: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("| kind"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .flat_map(|l| l.split('|').nth(1).unwrap_or("").split('/'))
+            .map(|k| k.trim().trim_matches('`'))
+            .collect();
+        documented.sort();
+        let mut printed: Vec<&str> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        printed.sort();
+        assert_eq!(documented, printed);
     }
 }

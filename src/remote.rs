@@ -170,7 +170,15 @@ impl RemoteLocation {
     /// store said, with a hint for the usual causes.
     pub(crate) fn error(&self, doing: &str, e: impl std::fmt::Display) -> Error {
         let text = e.to_string();
-        let hint = if [
+        let hint = if ["169.254.169.254", "instance metadata", "169.254.170.2"]
+            .iter()
+            .any(|k| text.contains(k))
+        {
+            // object_store asks the instance metadata service when the
+            // environment names no credentials.
+            " (no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and \
+             AWS_SESSION_TOKEN for temporary ones, in the environment)"
+        } else if [
             "InvalidAccessKeyId",
             "SignatureDoesNotMatch",
             "AccessDenied",

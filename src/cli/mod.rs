@@ -212,9 +212,9 @@ pub enum Command {
     },
     /// List table (and series) names, one per line, sorted
     List {
-        /// One JSON object per table and series instead: name, kind
-        /// (table, series, month), series, state (local or archived) and
-        /// archive location
+        /// One JSON object per table and series instead: table, kind
+        /// (table, series, month), series, state (local or archived),
+        /// location and endpoint (of its archive)
         #[arg(long)]
         long: bool,
     },

@@ -20,6 +20,10 @@ use crate::state::{Snapshot, TableInner};
 
 /// GetRow on a snapshot.
 pub(super) async fn read_row(t: &TableInner, snap: &Snapshot, now: i64, get: GetRow) -> Result<GetRowResult> {
+    read_row_inner(t, snap, now, get).await.map_err(|e| t.read_error(e))
+}
+
+async fn read_row_inner(t: &TableInner, snap: &Snapshot, now: i64, get: GetRow) -> Result<GetRowResult> {
     check_read_options(&get.options)?;
     let key = t.schema.encode_pk(&get.primary_key)?;
     let cols = fetched_columns(&get.options);
@@ -46,6 +50,18 @@ pub(super) async fn read_row(t: &TableInner, snap: &Snapshot, now: i64, get: Get
 /// One GetRange response on a snapshot; `within` narrows the range (a
 /// local transaction's partition).
 pub(super) async fn read_range(
+    t: &TableInner,
+    snap: &Snapshot,
+    now: i64,
+    req: GetRange,
+    within: Option<&KeyRange>,
+) -> Result<RangeResult> {
+    read_range_inner(t, snap, now, req, within)
+        .await
+        .map_err(|e| t.read_error(e))
+}
+
+async fn read_range_inner(
     t: &TableInner,
     snap: &Snapshot,
     now: i64,

@@ -62,7 +62,8 @@ impl Segment {
                             ),
                         ));
                     }
-                    let corrupt = |e| Error::corruption(format!("segment {}: {e}", self.meta.path));
+                    // A store that fails (network, credentials) is I/O, not damage.
+                    let corrupt = |e| super::read_error(&self.meta.path, e);
                     let mut reader = self.object_reader(true);
                     // The footer is parsed only once the tail's checksum matched.
                     let sum = (self.read_checks.verify() || self.tail_cache.is_some())

@@ -110,13 +110,18 @@ impl CellarSchema {
     }
 }
 
-/// The column names SQL shows for a table or series of `db` (`None`: there
-/// is none of that name), without planning a query: for completion and
-/// listings.
-pub fn column_names(db: &Database, name: &str) -> Option<Vec<String>> {
-    let schema = match db.series(name) {
+/// The schema SQL shows for a table or series of `db` (`None`: there is
+/// none of that name), without planning a query.
+pub(crate) fn sql_schema(db: &Database, name: &str) -> Option<datafusion::arrow::datatypes::SchemaRef> {
+    Some(match db.series(name) {
         Ok(s) => super::series::SeriesTable::new(db, s).schema(),
         Err(_) => CellarTable::new(db.table(name).ok()?).schema(),
-    };
+    })
+}
+
+/// The column names SQL shows for a table or series of `db` (`None`: there
+/// is none of that name): for completion and listings.
+pub fn column_names(db: &Database, name: &str) -> Option<Vec<String>> {
+    let schema = sql_schema(db, name)?;
     Some(schema.fields().iter().map(|f| f.name().clone()).collect())
 }

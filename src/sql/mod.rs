@@ -74,6 +74,7 @@ mod dml;
 mod errors;
 mod export;
 mod insert;
+mod messages;
 mod ordered_scan;
 mod provider;
 mod prune;
@@ -96,6 +97,7 @@ use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::TryStreamExt;
 
+use catalog_provider::sql_schema;
 pub use catalog_provider::{CellarCatalog, CellarSchema, column_names};
 pub(crate) use export::export_query;
 pub use export::{ExportOptions, ExportReport, ExportedFile, export};
@@ -193,7 +195,9 @@ impl SqlSession {
     /// UPDATE, DELETE, COPY) and DDL have taken effect when this returns;
     /// a query's rows stream as the returned stream is read.
     pub async fn execute(&self, sql: &str) -> DfResult<StatementOutput> {
-        let mut stmts = parse_bounded(sql).await?;
+        let mut stmts = parse_bounded(sql)
+            .await
+            .map_err(|e| messages::reword(e, &self.db, None))?;
         if stmts.len() != 1 {
             return Err(DataFusionError::Plan(format!(
                 "expected one SQL statement, found {}; split the text with split_statements",
@@ -201,6 +205,16 @@ impl SqlSession {
             )));
         }
         let stmt = stmts.pop_front().expect("one statement");
+        let insert = messages::insert_into(&stmt);
+        if let Some(target) = &insert {
+            messages::check_insert(&self.db, &stmt, target)?;
+        }
+        self.run(stmt)
+            .await
+            .map_err(|e| messages::reword(e, &self.db, insert.as_ref()))
+    }
+
+    async fn run(&self, stmt: DfStatement) -> DfResult<StatementOutput> {
         if let DfStatement::Statement(s) = &stmt
             && let Some(out) = ddl::try_execute(self, s).await?
         {

@@ -197,10 +197,13 @@ impl CellarTable {
         // per core.
         let partitions = if target_partitions > 1 && keeps_key_order(&cols) {
             let chunks = split(&snap, plan.ranges, Cut::Groups(chunk_groups(cols.len()))).await;
-            (chunks.map_err(df_err)?, target_partitions)
+            (
+                chunks.map_err(|e| df_err(self.table.inner().read_error(e)))?,
+                target_partitions,
+            )
         } else {
             let parts = split(&snap, plan.ranges, Cut::Parts(target_partitions)).await;
-            (parts.map_err(df_err)?, 1)
+            (parts.map_err(|e| df_err(self.table.inner().read_error(e)))?, 1)
         };
         Ok(CellarScanExec::new(
             self.table.clone(),

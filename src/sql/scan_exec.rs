@@ -176,25 +176,34 @@ impl CellarScanExec {
             let scans: Vec<_> = self
                 .partitions
                 .iter()
-                .map(|r| batches(self.scan(r, shared.clone())))
+                .map(|r| batches(self.scan(r, shared.clone()), self.table.inner().clone()))
                 .collect();
             let s = super::ordered_scan::ordered_stream(scans.into_iter(), self.parallel, self.limit);
             return Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), s));
         }
         let ranges = self.partitions.get(partition).cloned().unwrap_or_default();
         let scan = self.scan(&ranges, Arc::default());
-        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), batches(scan)))
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            batches(scan, self.table.inner().clone()),
+        ))
     }
 }
 
 /// A scan's batches as a stream; it ends after an error.
-fn batches(scan: LatestScan) -> impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static {
-    futures::stream::unfold(Some(scan), |scan| async move {
-        let mut scan = scan?;
-        match scan.next_batch().await {
-            Ok(Some(b)) => Some((Ok(b), Some(scan))),
-            Ok(None) => None,
-            Err(e) => Some((Err(df_err(e)), None)),
+fn batches(
+    scan: LatestScan,
+    table: Arc<crate::state::TableInner>,
+) -> impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static {
+    futures::stream::unfold(Some(scan), move |scan| {
+        let table = table.clone();
+        async move {
+            let mut scan = scan?;
+            match scan.next_batch().await {
+                Ok(Some(b)) => Some((Ok(b), Some(scan))),
+                Ok(None) => None,
+                Err(e) => Some((Err(df_err(table.read_error(e))), None)),
+            }
         }
     })
 }

@@ -413,7 +413,10 @@ impl ExecutionPlan for VersionsExec {
             match p.next_batch().await {
                 Ok(Some(b)) => Some((Ok(b), p)),
                 Ok(None) => None,
-                Err(e) => Some((Err(df_err(e)), p)),
+                Err(e) => {
+                    let e = p.table.inner().read_error(e);
+                    Some((Err(df_err(e)), p))
+                }
             }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(self.out_schema.clone(), s)))

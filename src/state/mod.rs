@@ -350,6 +350,17 @@ impl TableInner {
         Error::new(ErrorKind::ReadOnly, message)
     }
 
+    /// A read's error, with where an archived table's data is and what
+    /// would help when its store failed (credentials, the server).
+    pub fn read_error(&self, e: Error) -> Error {
+        match self.archive.read().as_ref() {
+            Some(a) if a.complete && e.kind() == ErrorKind::Io => a
+                .location
+                .error(&format!("read table '{}', archived at", self.schema.name), e.message()),
+            _ => e,
+        }
+    }
+
     /// Whether the table's segments live in an object store.
     pub fn is_archived(&self) -> bool {
         self.archive.read().as_ref().is_some_and(|a| a.complete)

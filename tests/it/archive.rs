@@ -407,6 +407,29 @@ async fn archive_errors_name_the_cause_and_change_nothing() {
     assert!(err.contains("holds the archive of table 'other'"), "{err}");
     unchanged("another table's archive");
     assert_eq!(write(&data, &put_line(2))["ok"], true);
+
+    // An archived table read without credentials: which table, where, and
+    // which variables to set.
+    ok(&mut s3_archive(&data, "orders", "s3://bucket/orders", &server.endpoint));
+    let mut no_keys = cellar(&data);
+    for v in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"] {
+        no_keys.env_remove(v);
+    }
+    let started = std::time::Instant::now();
+    let (code, _, err) = run(no_keys.args(["sql", "-c", "SELECT count(*) FROM orders"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("'orders'")
+            && err.contains("s3://bucket/orders")
+            && err.contains("AWS_ACCESS_KEY_ID")
+            && err.contains("AWS_SECRET_ACCESS_KEY"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,7 @@ mod overlay_frozen;
 mod power_loss;
 mod pruning;
 mod read_diff;
+mod readme;
 mod recovery;
 mod s3_server;
 mod scripts;

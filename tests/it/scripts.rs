@@ -370,3 +370,73 @@ fn write_interrupted_says_where_to_resume_and_resuming_completes_it() {
         format!("n,s\n3000,{}\n", (1..=3000).sum::<usize>())
     );
 }
+
+#[test]
+fn sql_errors_name_the_column_and_what_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let sql = |q: &str| run_cli(&data, &["sql", "-c", q], "");
+    assert_eq!(
+        sql("CREATE TABLE t (k BIGINT, s VARCHAR, v DOUBLE, PRIMARY KEY (k, s))").0,
+        0
+    );
+    for (q, want) in [
+        (
+            "INSERT INTO t VALUES (NULL, 'a', 1.0)",
+            "primary-key column 'k' is NULL in row 1",
+        ),
+        (
+            "INSERT INTO t VALUES (1, 'a', 1.0), (2, NULL, 2.0)",
+            "primary-key column 's' is NULL in row 2",
+        ),
+        (
+            "INSERT INTO t (s, v) VALUES ('a', 1.0)",
+            "primary-key column 'k' is not among the columns given",
+        ),
+        (
+            "INSERT INTO t SELECT NULL, 'a', 2.0",
+            "primary-key column 'k' is NULL or missing",
+        ),
+        (
+            "INSERT INTO t VALUES ('abc', 'a', 1.0)",
+            "'abc' in row 1 is not a BIGINT, the type of column 'k'",
+        ),
+        (
+            "INSERT INTO t VALUES (1, 'a', 'xyz')",
+            "'xyz' in row 1 is not a DOUBLE, the type of column 'v'",
+        ),
+        (
+            "INSERT INTO t VALUES (1, 'a')",
+            "row 1 has 2 values for the 3 columns (k, s, v)",
+        ),
+        ("SELEC 1", "syntax error: Expected: an SQL statement, found: SELEC"),
+        (
+            "SELECT * FROM t WHERE",
+            "syntax error: Expected: an expression, found: EOF",
+        ),
+        (
+            "SELECT CAST('x' AS BIGINT)",
+            "Cannot cast string 'x' to value of Int64 type",
+        ),
+    ] {
+        let (code, _, err) = sql(q);
+        assert_eq!(code, 1, "{q}: {err}");
+        assert!(err.contains(want), "{q}: {err}");
+        assert!(
+            !err.contains("ParserError(") && !err.contains("column1") && !err.contains("Optimizer rule"),
+            "{q}: {err}"
+        );
+        if q.starts_with("INSERT") {
+            assert!(
+                err.contains("t (k BIGINT NOT NULL, s VARCHAR NOT NULL, v DOUBLE)") || err.contains("give"),
+                "{q}: {err}"
+            );
+        }
+    }
+    let (_, out, _) = run_cli(
+        &data,
+        &["sql", "--format", "csv", "-c", "SELECT count(*) AS n FROM t"],
+        "",
+    );
+    assert_eq!(out, "n\n0\n", "nothing was written");
+}
