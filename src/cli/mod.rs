@@ -8,6 +8,7 @@
 //! changed.
 
 mod demo;
+mod import;
 pub mod json;
 mod sql;
 mod stdout;
@@ -240,6 +241,8 @@ pub enum Command {
         #[command(flatten)]
         args: write::WriteArgs,
     },
+    /// Load a CSV, Parquet or NDJSON file into a table or series (as COPY t FROM 'file')
+    Import(import::ImportArgs),
     /// Print one row as JSON, or null
     Get {
         /// Table name
@@ -615,6 +618,10 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             }
         }
         Command::Compact { table } => db.table(&table)?.compact().await?,
+        Command::Import(args) => {
+            drop(out);
+            return import::import(db, args).await;
+        }
         Command::Export {
             table,
             to,

@@ -69,10 +69,12 @@ macro_rules! leaf_plan {
 }
 
 mod catalog_provider;
+mod copy_from;
 mod ddl;
 mod dml;
 mod errors;
 mod export;
+mod import;
 mod insert;
 mod messages;
 mod ordered_scan;
@@ -101,6 +103,7 @@ use catalog_provider::sql_schema;
 pub use catalog_provider::{CellarCatalog, CellarSchema, column_names};
 pub(crate) use export::export_query;
 pub use export::{ExportOptions, ExportReport, ExportedFile, export};
+pub use import::{ImportFormat, ImportOptions, ImportReport, MAX_REPORTED_REJECTS, Rejected, import_file};
 pub use insert::InsertProgress;
 pub use provider::CellarTable;
 pub use scan_exec::CellarScanExec;
@@ -195,6 +198,10 @@ impl SqlSession {
     /// UPDATE, DELETE, COPY) and DDL have taken effect when this returns;
     /// a query's rows stream as the returned stream is read.
     pub async fn execute(&self, sql: &str) -> DfResult<StatementOutput> {
+        if let Some(copy) = copy_from::parse(sql) {
+            let copy = copy.map_err(errors::df_err)?;
+            return copy_from::execute(self, copy).await.map_err(errors::df_err);
+        }
         let mut stmts = parse_bounded(sql)
             .await
             .map_err(|e| messages::reword(e, &self.db, None))?;

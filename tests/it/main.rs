@@ -19,6 +19,7 @@ mod filters;
 mod fuzz_corpus;
 mod gap_overlays;
 mod golden;
+mod import;
 mod key_order;
 mod limits;
 mod model;

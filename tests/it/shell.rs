@@ -274,4 +274,25 @@ fn write_shows_progress_on_a_terminal_and_a_summary() {
     p.exp_string("cellar write: 300000 operations, 300000 ok, 0 failed")
         .unwrap();
     p.exp_eof().unwrap();
+    // `cellar import` the same way.
+    let csv = s.home.path().join("rows.csv");
+    let rows: String = std::iter::once("k,v\n".to_string())
+        .chain((0..300_000).map(|k| format!("{k},{}\n", k * 2)))
+        .collect();
+    std::fs::write(&csv, rows).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cellar"));
+    c.arg("--data")
+        .arg(s.dir.path())
+        .arg("import")
+        .arg("t")
+        .arg(&csv)
+        .env("TERM", "xterm");
+    let mut p = rexpect::session::spawn_with_options(
+        c,
+        Options::new().timeout_ms(Some(120_000)).strip_ansi_escape_codes(true),
+    )
+    .unwrap();
+    p.exp_string(" rows written (").unwrap();
+    p.exp_string("cellar import: 300000 rows into t").unwrap();
+    p.exp_eof().unwrap();
 }

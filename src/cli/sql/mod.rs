@@ -239,10 +239,8 @@ impl Shell {
     /// Runs one statement and prints its result.
     async fn statement(&mut self, stmt: &str) -> Result<()> {
         let started = Instant::now();
-        let is_insert = stmt
-            .trim_start()
-            .get(..6)
-            .is_some_and(|w| w.eq_ignore_ascii_case("insert"));
+        let first = stmt.split_whitespace().next().unwrap_or("");
+        let is_insert = first.eq_ignore_ascii_case("insert") || first.eq_ignore_ascii_case("copy");
         if is_insert {
             let p = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::hidden());
             p.set_style(
