@@ -80,3 +80,14 @@ pub fn run_cli(data: &std::path::Path, args: &[&str], input: &str) -> (i32, Stri
         String::from_utf8(o.stderr).unwrap(),
     )
 }
+
+/// Runs the `cellar` binary on `data` (no stdin), expects exit `code`
+/// and every one of `needles` in its stderr; returns the stderr.
+pub fn cli_fails(data: &std::path::Path, args: &[&str], code: i32, needles: &[&str]) -> String {
+    let (got, _, err) = run_cli(data, args, "");
+    assert_eq!(got, code, "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: no {n:?} in {err}");
+    }
+    err
+}

@@ -1,7 +1,7 @@
 //! Files into tables: `cellar import` and `COPY t FROM 'file'`, for CSV,
 //! NDJSON and Parquet, with rejected lines, typing and write order.
 
-use crate::common::run_cli;
+use crate::common::{cli_fails, run_cli};
 
 fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -99,11 +99,11 @@ fn copy_from_in_sql_reports_rows_and_rejects() {
         "s\n4.0\n"
     );
     // Bad statements say what is accepted.
-    let (code, _, err) = run_cli(&data, &["sql", "-c", "COPY orders FROM 'x.csv' WITH (colour red)"], "");
-    assert_eq!(code, 1);
-    assert!(
-        err.contains("unknown option 'colour'") && err.contains("the form is COPY table FROM"),
-        "{err}"
+    cli_fails(
+        &data,
+        &["sql", "-c", "COPY orders FROM 'x.csv' WITH (colour red)"],
+        1,
+        &["unknown option 'colour'", "the form is COPY table FROM"],
     );
 }
 
@@ -183,30 +183,19 @@ fn import_errors_name_what_was_wrong() {
     let (dir, data) = setup();
     let file = dir.path().join("rows.dat");
     std::fs::write(&file, "x").unwrap();
-    let (code, _, err) = run_cli(&data, &["import", "orders", file.to_str().unwrap()], "");
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("cannot tell the format") && err.contains("csv, parquet or ndjson"),
-        "{err}"
-    );
-    let (code, _, err) = run_cli(&data, &["import", "orders", "/no/such.csv"], "");
-    assert_eq!(code, 1);
-    assert!(err.contains("/no/such.csv"), "{err}");
-    let (code, _, err) = run_cli(
+    cli_fails(
         &data,
-        &["import", "nosuch", file.to_str().unwrap(), "--format", "csv"],
-        "",
+        &["import", "orders", file.to_str().unwrap()],
+        2,
+        &["cannot tell the format", "csv, parquet or ndjson"],
     );
-    assert_eq!(code, 1);
-    assert!(err.contains("nosuch"), "{err}");
-    let (code, _, err) = run_cli(
+    cli_fails(&data, &["import", "orders", "/no/such.csv"], 1, &["/no/such.csv"]);
+    let f = file.to_str().unwrap();
+    cli_fails(&data, &["import", "nosuch", f, "--format", "csv"], 1, &["nosuch"]);
+    cli_fails(
         &data,
-        &["import", "orders", file.to_str().unwrap(), "--format", "xml"],
-        "",
-    );
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("csv") && err.contains("parquet") && err.contains("ndjson"),
-        "{err}"
+        &["import", "orders", f, "--format", "xml"],
+        2,
+        &["csv", "parquet", "ndjson"],
     );
 }

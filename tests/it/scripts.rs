@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use crate::common::run_cli;
+use crate::common::{cli_fails, run_cli};
 
 fn cellar(dir: &std::path::Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cellar"));
@@ -66,12 +66,18 @@ fn a_bad_command_stops_a_script_like_a_bad_statement() {
         err.contains("unknown command '\\frobnicate'") && err.contains("\\?"),
         "{err}"
     );
-    let (code, _, err) = run_cli(&data, &["sql", "-c", "\\mode xml"], "");
-    assert_eq!(code, 1);
-    assert!(err.contains("accepted: table, csv, json, ndjson, line"), "{err}");
-    let (code, _, err) = run_cli(&data, &["sql", "-c", "\\i /no/such/file.sql"], "");
-    assert_eq!(code, 1);
-    assert!(err.contains("/no/such/file.sql"), "{err}");
+    cli_fails(
+        &data,
+        &["sql", "-c", "\\mode xml"],
+        1,
+        &["accepted: table, csv, json, ndjson, line"],
+    );
+    cli_fails(
+        &data,
+        &["sql", "-c", "\\i /no/such/file.sql"],
+        1,
+        &["/no/such/file.sql"],
+    );
 }
 
 #[test]
@@ -93,9 +99,12 @@ fn output_files_and_included_scripts() {
     // A file that includes itself is stopped.
     let selfish = dir.path().join("self.sql");
     std::fs::write(&selfish, format!("\\i {}\n", selfish.display())).unwrap();
-    let (code, _, err) = run_cli(&data, &["sql", "-f", selfish.to_str().unwrap()], "");
-    assert_eq!(code, 1);
-    assert!(err.contains("include each other more than 16 deep"), "{err}");
+    cli_fails(
+        &data,
+        &["sql", "-f", selfish.to_str().unwrap()],
+        1,
+        &["include each other more than 16 deep"],
+    );
 }
 
 #[test]
@@ -186,18 +195,23 @@ fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
     assert_eq!((code, err.as_str()), (Some(0), ""));
 }
 
-#[test]
-fn write_applies_every_operation_after_its_reader_is_gone() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    run_cli(&data, &["create", "t", "--pk", "k:integer"], "");
-    let mut child = cellar(&data)
+/// `cellar write t` on a new table `t` (key `k`), its pipes open.
+fn writer_of_new_table(data: &std::path::Path) -> std::process::Child {
+    run_cli(data, &["create", "t", "--pk", "k:integer"], "");
+    cellar(data)
         .args(["write", "t"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn write_applies_every_operation_after_its_reader_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut child = writer_of_new_table(&data);
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, r#"{{"op":"put","pk":{{"k":0}},"columns":{{"v":0}}}}"#).unwrap();
     let mut first = String::new();
@@ -212,18 +226,10 @@ fn write_applies_every_operation_after_its_reader_is_gone() {
     drop(stdin);
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    let (_, out, _) = run_cli(
-        &data,
-        &[
-            "sql",
-            "--format",
-            "csv",
-            "-c",
-            "SELECT count(*) AS n, sum(v) AS s FROM t",
-        ],
-        "",
+    assert_eq!(
+        count_and_sum(&data),
+        format!("n,s\n20000,{}\n", (0..20_000i64).sum::<i64>())
     );
-    assert_eq!(out, format!("n,s\n20000,{}\n", (0..20_000i64).sum::<i64>()));
 }
 
 #[test]
@@ -304,24 +310,15 @@ fn write_quiet_and_from_line() {
         "{err}"
     );
     assert_eq!(count_and_sum(&data), "n,s\n4,48\n");
-    let (code, _, err) = run_cli(&data, &["write", "t", "--from-line", "0"], "");
-    assert_eq!(code, 2);
-    assert!(err.contains("--from-line"), "{err}");
+    cli_fails(&data, &["write", "t", "--from-line", "0"], 2, &["--from-line"]);
 }
 
 #[test]
 fn write_interrupted_says_where_to_resume_and_resuming_completes_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    run_cli(&data, &["create", "t", "--pk", "k:integer"], "");
     let all: String = (1..=3000).map(put).collect();
-    let mut child = cellar(&data)
-        .args(["write", "t"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = writer_of_new_table(&data);
     let mut stdin = child.stdin.take().unwrap();
     // The first 1000 lines, then the input stays open (a slow producer).
     stdin
