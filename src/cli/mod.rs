@@ -10,6 +10,7 @@
 mod demo;
 mod import;
 pub mod json;
+mod series;
 mod sql;
 mod stdout;
 mod transfer;
@@ -154,8 +155,9 @@ pub struct SeriesArgs {
     /// Create a series of monthly tables NAME_YYYYMM instead of one table (accepted: monthly)
     #[arg(long, value_name = "monthly")]
     series: Option<String>,
-    /// The column (INTEGER, ms since the epoch) whose month a row goes to; default: the write time
-    #[arg(long, requires = "series")]
+    /// The column (INTEGER, ms since the epoch) whose month a row goes to, as COL or
+    /// COL:timestamp (SQL then shows it as a TIMESTAMP); default: the write time
+    #[arg(long, requires = "series", value_name = "COL[:timestamp]")]
     time_column: Option<String>,
     /// `cellar maintain` archives months this many months old (to --archive-to)
     #[arg(long, requires = "series")]
@@ -210,6 +212,10 @@ pub enum Command {
         /// For an archived table: drop it and delete its archive's objects
         #[arg(long)]
         delete_archive: bool,
+        /// For a series: drop it with all its months (archived months as
+        /// --keep-archive or --delete-archive say; without either, refused)
+        #[arg(long)]
+        cascade: bool,
     },
     /// List table (and series) names, one per line, sorted
     List {
@@ -219,9 +225,9 @@ pub enum Command {
         #[arg(long)]
         long: bool,
     },
-    /// Print a table's definition as JSON
+    /// Print a table's (or a series' with its months) definition as JSON
     Describe {
-        /// Table name
+        /// Table or series name
         table: String,
         /// Add storage counters under "stats"
         #[arg(long)]
@@ -456,12 +462,24 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             match series.series.as_deref() {
                 None => db.create_table(schema, opts).await?,
                 Some(kind) if kind.eq_ignore_ascii_case("monthly") => {
+                    let (time_column, time_is_timestamp) =
+                        match series.time_column.as_deref().map(|c| c.split_once(':')) {
+                            None => (None, false),
+                            Some(None) => (series.time_column.clone(), false),
+                            Some(Some((c, ty))) if ty.eq_ignore_ascii_case("timestamp") => (Some(c.to_string()), true),
+                            Some(Some((c, ty))) if ty.eq_ignore_ascii_case("integer") => (Some(c.to_string()), false),
+                            Some(Some((_, ty))) => {
+                                return Err(Error::param(format!(
+                                    "--time-column type '{ty}' is not accepted; give COL, COL:integer or COL:timestamp"
+                                )));
+                            }
+                        };
                     let s = crate::SeriesOptions {
-                        time_column: series.time_column,
+                        time_column,
                         archive_after_months: series.archive_after_months,
                         drop_after_months: series.drop_after_months,
                         archive_to: series.archive_to.map(|url| remote.location(&url)),
-                        time_is_timestamp: false,
+                        time_is_timestamp,
                     };
                     db.create_series(schema, opts, s).await?
                 }
@@ -479,13 +497,22 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             table,
             keep_archive,
             delete_archive,
+            cascade,
         } => {
             let archive = match (keep_archive, delete_archive) {
                 (true, _) => crate::ArchiveOnDrop::Keep,
                 (_, true) => crate::ArchiveOnDrop::Delete,
                 _ => crate::ArchiveOnDrop::Refuse,
             };
-            db.drop_table_with(&table, archive).await?
+            if !cascade {
+                db.drop_table_with(&table, archive).await?
+            } else if db.series(&table).is_ok() {
+                db.drop_series_cascade(&table, archive).await?
+            } else {
+                return Err(Error::param(format!(
+                    "--cascade drops a series with its months; '{table}' is not a series (drop it without --cascade)"
+                )));
+            }
         }
         Command::List { long } => {
             for t in db.table_listing() {
@@ -503,6 +530,9 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     writeln!(out, "{}", t.name).map_err(io)?;
                 }
             }
+        }
+        Command::Describe { table, stats, sizes } if db.series(&table).is_ok() && !stats && !sizes => {
+            writeln!(out, "{}", series::describe_series(db, &table)?).map_err(io)?;
         }
         Command::Describe { table, stats, sizes } => {
             let d = db.describe_table(&table)?;

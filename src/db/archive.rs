@@ -245,7 +245,7 @@ impl Database {
         match archive {
             ArchiveOnDrop::Refuse => Err(Error::param(format!(
                 "table '{name}' is archived at {}; drop it with --keep-archive (the archive stays) or \
-                 --delete-archive (its objects are deleted too)",
+                 --delete-archive (its objects are deleted too; in SQL: DROP TABLE {name} PURGE)",
                 record.location.describe()
             ))),
             ArchiveOnDrop::Keep => {

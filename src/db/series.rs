@@ -391,13 +391,39 @@ impl Database {
         Ok(self.inner.enqueue_many(routed).await?.with_refused(refused))
     }
 
+    /// Drops a series with all its months; archived months as `archive`
+    /// says ([`super::ArchiveOnDrop`]): with `Refuse`, an archived month
+    /// refuses the whole drop before anything is dropped. Months go one at
+    /// a time, oldest first, then the series: a crash part-way leaves the
+    /// series with fewer months, and the same call finishes it.
+    pub async fn drop_series_cascade(&self, name: &str, archive: super::ArchiveOnDrop) -> Result<()> {
+        self.series_def(name)?;
+        let months = self.months_of(name);
+        if archive == super::ArchiveOnDrop::Refuse {
+            for (_, m) in &months {
+                if let Some(r) = self.archive_record(self.table_inner(m)?.id).await {
+                    return Err(Error::param(format!(
+                        "month '{m}' of series '{name}' is archived at {}; nothing was dropped: drop the series \
+                         with --keep-archive (archives stay) or --delete-archive (in SQL: DROP TABLE {name} \
+                         CASCADE PURGE)",
+                        r.location.describe()
+                    )));
+                }
+            }
+        }
+        for (_, m) in months {
+            self.drop_table_with(&m, archive).await?;
+        }
+        self.drop_series(name).await
+    }
+
     /// Drops a series that has no months left.
     pub(super) async fn drop_series(&self, name: &str) -> Result<()> {
         let months = self.months_of(name);
         if !months.is_empty() {
             let list: Vec<&str> = months.iter().map(|(_, n)| n.as_str()).collect();
             return Err(Error::param(format!(
-                "series '{name}' still has months ({}); drop them first (archived ones with --keep-archive or --delete-archive)",
+                "series '{name}' still has months ({}); drop them with it: `cellar drop {name} --cascade`, DROP TABLE {name} CASCADE",
                 list.join(", ")
             )));
         }

@@ -15,7 +15,6 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::errors::df_err;
-use super::provider::CellarTable;
 use super::{SqlSession, StatementOutput, batches_stream};
 use crate::db::SeriesOptions;
 use crate::error::ErrorKind;
@@ -346,6 +345,8 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
             object_type: ObjectType::Table,
             names,
             if_exists,
+            cascade,
+            purge,
             ..
         } => {
             // Session tables (external tables) are DataFusion's to drop.
@@ -369,8 +370,19 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                     "DROP TABLE mixes Cellar tables with session tables; drop them in separate statements",
                 ));
             }
+            // PURGE deletes an archived table's (or month's) archive too.
+            let archive = if *purge {
+                crate::ArchiveOnDrop::Delete
+            } else {
+                crate::ArchiveOnDrop::Refuse
+            };
             for t in cellar {
-                db.drop_table(&t).await.map_err(df_err)?;
+                let dropped = if db.series(&t).is_ok() && *cascade {
+                    db.drop_series_cascade(&t, archive).await
+                } else {
+                    db.drop_table_with(&t, archive).await
+                };
+                dropped.map_err(df_err)?;
             }
             Ok(done("DROP TABLE"))
         }
@@ -423,10 +435,13 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
         }
         Statement::ExplainTable { table_name: n, .. } => {
             let name = table_name(n)?;
-            let Ok(t) = db.table(&name) else {
-                return Ok(None);
-            };
-            Ok(Some(StatementOutput::Rows(describe(t)?)))
+            if let Ok(t) = db.table(&name) {
+                return Ok(Some(StatementOutput::Rows(super::describe::table(t)?)));
+            }
+            if db.series(&name).is_ok() {
+                return Ok(Some(StatementOutput::Rows(super::describe::series(db, &name)?)));
+            }
+            Ok(None)
         }
         _ => Ok(None),
     }
@@ -441,78 +456,4 @@ fn session_table(sess: &SqlSession, name: &str) -> bool {
                 .map(|s| s.is_session_table(name))
         })
         .unwrap_or(false)
-}
-
-fn sql_type(t: ValueType) -> &'static str {
-    match t {
-        ValueType::Integer => "BIGINT",
-        ValueType::Double => "DOUBLE",
-        ValueType::String => "VARCHAR",
-        ValueType::Binary => "VARBINARY",
-        ValueType::Boolean => "BOOLEAN",
-    }
-}
-
-/// `DESCRIBE t`: one row per key column, attribute column and option.
-fn describe(t: crate::db::table::Table) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
-    let mut section = Vec::new();
-    let mut name = Vec::new();
-    let mut value = Vec::new();
-    for (i, c) in t.schema().primary_key.iter().enumerate() {
-        section.push("primary key".to_string());
-        name.push(c.name.clone());
-        let ty = sql_type(crate::read::pk_value_type(c.pk_type));
-        value.push(if i == 0 {
-            format!("{ty} NOT NULL (partition key)")
-        } else if c.auto_increment {
-            format!("{ty} NOT NULL (auto-increment)")
-        } else {
-            format!("{ty} NOT NULL")
-        });
-    }
-    let declared = t.declared_columns();
-    let provider = CellarTable::new(t.clone());
-    for f in provider.schema_fields().iter().skip(t.schema().primary_key.len()) {
-        section.push("column".to_string());
-        name.push(f.0.clone());
-        let origin = if declared.iter().any(|d| d.name == f.0) {
-            "declared"
-        } else {
-            "discovered"
-        };
-        value.push(format!("{} ({origin})", sql_type(f.1)));
-    }
-    let o = t.options();
-    let opts = [
-        (
-            "ttl",
-            if o.ttl_secs == -1 {
-                "-1 (never expire)".to_string()
-            } else {
-                format!("{} s", o.ttl_secs)
-            },
-        ),
-        ("max_versions", o.max_versions.to_string()),
-        ("max_version_offset", format!("{} s", o.max_version_offset_secs)),
-        ("allow_update", o.allow_update.to_string()),
-    ];
-    for (k, v) in opts {
-        section.push("option".to_string());
-        name.push(k.to_string());
-        value.push(v);
-    }
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("section", DataType::Utf8, false),
-        Field::new("name", DataType::Utf8, false),
-        Field::new("value", DataType::Utf8, false),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(StringArray::from(section)),
-            Arc::new(StringArray::from(name)),
-            Arc::new(StringArray::from(value)),
-        ],
-    )?;
-    Ok(batches_stream(schema, vec![batch]))
 }

@@ -64,6 +64,7 @@ fn sql_type(t: &DataType) -> String {
         DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => "VARCHAR".into(),
         DataType::Boolean => "BOOLEAN".into(),
         DataType::Binary | DataType::BinaryView | DataType::LargeBinary => "VARBINARY".into(),
+        DataType::Timestamp(..) => "TIMESTAMP".into(),
         other => other.to_string(),
     }
 }

@@ -71,6 +71,7 @@ macro_rules! leaf_plan {
 mod catalog_provider;
 mod copy_from;
 mod ddl;
+mod describe;
 mod dml;
 mod errors;
 mod export;

@@ -430,3 +430,148 @@ async fn the_cli_creates_writes_lists_and_maintains_series() {
     assert_ne!(code, 0);
     assert!(err.contains("is a series"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn series_are_described_and_dropped_with_their_months() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("db");
+    let cellar = |args: &[&str]| crate::common::run_cli(&data, args, "");
+    let ok = |args: &[&str]| {
+        let (code, out, err) = cellar(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    let arch = dir.path().join("arch");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for name in ["ev", "gone"] {
+        ok(&[
+            "create",
+            name,
+            "--pk",
+            "dev:string,ts:integer",
+            "--series",
+            "monthly",
+            "--time-column",
+            "ts",
+            "--archive-after-months",
+            "1",
+            "--archive-to",
+            arch.join(name).to_str().unwrap(),
+        ]);
+        let input = format!(
+            "{{\"op\":\"put\",\"pk\":{{\"dev\":\"a\",\"ts\":{now}}},\"columns\":{{\"v\":1}}}}\n\
+             {{\"op\":\"put\",\"pk\":{{\"dev\":\"b\",\"ts\":{}}},\"columns\":{{\"v\":2}}}}\n",
+            now - 62 * DAY
+        );
+        assert_eq!(crate::common::run_cli(&data, &["write", name], &input).0, 0);
+    }
+    ok(&["maintain"]);
+    let d: serde_json::Value = serde_json::from_str(ok(&["describe", "ev"]).trim()).unwrap();
+    assert_eq!(d["kind"], "series");
+    assert_eq!(
+        (d["time_column"].as_str(), d["time_type"].as_str()),
+        (Some("ts"), Some("integer"))
+    );
+    assert_eq!(d["archive_after_months"], 1);
+    let months = d["months"].as_array().unwrap();
+    assert_eq!(months.len(), 2, "{d}");
+    assert_eq!(
+        (months[0]["state"].as_str(), months[1]["state"].as_str()),
+        (Some("archived"), Some("local"))
+    );
+    assert!(months[0]["location"].as_str().unwrap().contains("arch/ev"), "{d}");
+    assert!(months[0]["month"].as_str().unwrap().len() == 7, "YYYY-MM: {d}");
+
+    let out = ok(&["sql", "--format", "csv", "-c", "DESCRIBE ev"]);
+    for want in [
+        "primary key,dev,VARCHAR NOT NULL (partition key)",
+        "column,v,BIGINT",
+        "series,time_column,ts (BIGINT milliseconds)",
+        "series,archive_after_months,1",
+        "series,drop_after_months,none",
+        ",archived at ",
+        ",local\n",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+    assert_eq!(out.matches("\nmonth,ev_").count(), 2, "{out}");
+    // Without --cascade, or with an archived month and no archive choice:
+    // refused, nothing dropped.
+    let (code, _, err) = cellar(&["drop", "ev"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cellar drop ev --cascade"), "{err}");
+    let (code, _, err) = cellar(&["drop", "ev", "--cascade"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is archived") && err.contains("--keep-archive"), "{err}");
+    let (code, _, err) = cellar(&["sql", "-c", "DROP TABLE ev CASCADE"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("CASCADE PURGE"), "{err}");
+    assert_eq!(ok(&["list"]).lines().filter(|l| l.starts_with("ev")).count(), 3);
+    let (code, _, err) = cellar(&["drop", "ev_999912", "--cascade"]);
+    assert_eq!(code, 2, "{err}");
+    // Keep the archive: everything local goes, the archive stays.
+    ok(&["drop", "ev", "--cascade", "--keep-archive"]);
+    assert!(!ok(&["list"]).contains("ev"));
+    assert!(arch.join("ev").read_dir().unwrap().next().is_some());
+    // SQL with PURGE: the archives go too.
+    ok(&["sql", "-c", "DROP TABLE gone CASCADE PURGE"]);
+    assert_eq!(ok(&["list"]), "");
+    let left: Vec<_> = walk(&arch.join("gone"));
+    assert!(left.is_empty(), "{left:?}");
+
+    // A TIMESTAMP time column from the command line.
+    ok(&[
+        "create",
+        "tsd",
+        "--pk",
+        "dev:string,ts:integer",
+        "--series",
+        "monthly",
+        "--time-column",
+        "ts:timestamp",
+    ]);
+    let d: serde_json::Value = serde_json::from_str(ok(&["describe", "tsd"]).trim()).unwrap();
+    assert_eq!(d["time_type"], "timestamp");
+    ok(&[
+        "sql",
+        "-c",
+        "INSERT INTO tsd (dev, ts) VALUES ('a', TIMESTAMP '2026-11-01 10:00:00')",
+    ]);
+    let out = ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "-c",
+        "SELECT dev, ts FROM tsd WHERE ts >= TIMESTAMP '2026-11-01 00:00:00'",
+    ]);
+    assert_eq!(out, "dev,ts\na,2026-11-01T10:00:00\n");
+    let (code, _, err) = cellar(&[
+        "create",
+        "x",
+        "--pk",
+        "ts:integer",
+        "--series",
+        "monthly",
+        "--time-column",
+        "ts:date",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("COL:timestamp"), "{err}");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = dir.read_dir() {
+        for e in rd.flatten() {
+            if e.path().is_dir() {
+                out.extend(walk(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
