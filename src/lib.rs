@@ -48,7 +48,8 @@ pub use db::queued::QueuedWrites;
 pub use db::table::{ColumnSize, Table, TableStats};
 pub use db::transaction::Transaction;
 pub use db::{
-    ArchiveOnDrop, Database, MaintenanceAction, MaintenanceStep, Series, SeriesOptions, TableDescription, TableListing,
+    ArchiveOnDrop, Database, MaintenanceAction, MaintenanceStep, Series, SeriesOptions, SeriesUpdate, TableDescription,
+    TableListing,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{

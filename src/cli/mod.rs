@@ -194,13 +194,25 @@ pub enum Command {
         #[command(flatten)]
         remote: transfer::RemoteArgs,
     },
-    /// Change table options
+    /// Change table options (of a series: of its months and new ones, and its ages and archive target)
     Alter {
-        /// Table name
+        /// Table or series name
         table: String,
         /// Table options
         #[command(flatten)]
         options: OptionArgs,
+        /// A series: archive months this many months old (`cellar maintain`)
+        #[arg(long)]
+        archive_after_months: Option<u32>,
+        /// A series: drop months this many months old, with their archives
+        #[arg(long)]
+        drop_after_months: Option<u32>,
+        /// A series: where months are archived from now on
+        #[arg(long, value_name = "URL")]
+        archive_to: Option<String>,
+        /// Where the S3 server of --archive-to is
+        #[command(flatten)]
+        remote: transfer::RemoteArgs,
     },
     /// Drop a table and its data
     Drop {
@@ -490,8 +502,28 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 }
             }
         }
-        Command::Alter { table, options } => {
-            db.alter_table(&table, options.update()).await?;
+        Command::Alter {
+            table,
+            options,
+            archive_after_months,
+            drop_after_months,
+            archive_to,
+            remote,
+        } => {
+            let change = crate::SeriesUpdate {
+                archive_after_months,
+                drop_after_months,
+                archive_to: archive_to.map(|url| remote.location(&url)),
+            };
+            if db.series(&table).is_ok() {
+                db.alter_series(&table, options.update(), change).await?;
+            } else if change != crate::SeriesUpdate::default() {
+                return Err(Error::param(format!(
+                    "--archive-after-months, --drop-after-months and --archive-to change a series; '{table}' is not one"
+                )));
+            } else {
+                db.alter_table(&table, options.update()).await?;
+            }
         }
         Command::Drop {
             table,

@@ -57,6 +57,70 @@ pub struct ExportArgs {
     /// No progress bar
     #[arg(long)]
     quiet: bool,
+    /// A series: its months from this one on (YYYY-MM), each under URL/NAME_YYYYMM
+    #[arg(long, value_name = "YYYY-MM")]
+    from_month: Option<String>,
+    /// A series: its months up to this one, included (YYYY-MM)
+    #[arg(long, value_name = "YYYY-MM")]
+    to_month: Option<String>,
+}
+
+/// `cellar export SERIES --to URL`: each month (of `--from-month` ..
+/// `--to-month`, oldest first) exported to `URL/NAME_YYYYMM`, a JSON line
+/// each, `{"table":..,"location":..,"files":N,"rows":R,"bytes":B}`, once
+/// that month is done. The first month that fails stops it (the months
+/// before it are complete).
+async fn export_series(db: &Database, series: &str, to: RemoteLocation, args: ExportArgs) -> Result<()> {
+    let month = |flag: &str, v: &Option<String>| -> Result<Option<String>> {
+        match v {
+            None => Ok(None),
+            Some(m) => {
+                let ok = m.len() == 7
+                    && m.as_bytes()[4] == b'-'
+                    && m[..4].bytes().all(|b| b.is_ascii_digit())
+                    && m[5..].parse::<u32>().is_ok_and(|n| (1..=12).contains(&n));
+                if !ok {
+                    return Err(Error::param(format!(
+                        "{flag} '{m}' is not a month; give YYYY-MM, as 2024-01"
+                    )));
+                }
+                Ok(Some(m.replace('-', "")))
+            }
+        }
+    };
+    let (from, until) = (
+        month("--from-month", &args.from_month)?,
+        month("--to-month", &args.to_month)?,
+    );
+    let months: Vec<String> = db
+        .series(series)?
+        .months()
+        .into_iter()
+        .filter(|m| {
+            let yyyymm = m.rsplit('_').next().unwrap_or("");
+            from.as_deref().is_none_or(|f| yyyymm >= f) && until.as_deref().is_none_or(|u| yyyymm <= u)
+        })
+        .collect();
+    if months.is_empty() {
+        return Err(Error::param(format!(
+            "series '{series}' has no months in the range asked for"
+        )));
+    }
+    let base = to.url.trim_end_matches('/').to_string();
+    for m in months {
+        let mut loc = to.clone();
+        loc.url = format!("{base}/{m}");
+        let one = ExportArgs {
+            versions: args.versions,
+            format: args.format.clone(),
+            max_file_mb: args.max_file_mb,
+            quiet: args.quiet,
+            from_month: None,
+            to_month: None,
+        };
+        export_table(db, &m, loc, one, Some(&m)).await?;
+    }
+    Ok(())
 }
 
 /// A progress bar on stderr over `total` rows (a spinner when it is not
@@ -97,6 +161,25 @@ async fn rows_to_export(db: &Database, table: &str, versions: bool) -> Option<u6
 /// `cellar export TABLE --to URL`: prints
 /// `{"location":...,"files":N,"rows":R,"bytes":B}` once done.
 pub(super) async fn export(db: &Database, table: &str, to: RemoteLocation, args: ExportArgs) -> Result<()> {
+    if db.series(table).is_ok() {
+        return export_series(db, table, to, args).await;
+    }
+    if args.from_month.is_some() || args.to_month.is_some() {
+        return Err(Error::param(format!(
+            "--from-month and --to-month pick months of a series; '{table}' is a table"
+        )));
+    }
+    export_table(db, table, to, args, None).await
+}
+
+/// One table's export; `named`: the table's name goes in the JSON line.
+async fn export_table(
+    db: &Database,
+    table: &str,
+    to: RemoteLocation,
+    args: ExportArgs,
+    named: Option<&str>,
+) -> Result<()> {
     if args.format != "parquet" {
         return Err(Error::param(format!(
             "--format {} is not supported; accepted: parquet",
@@ -132,13 +215,16 @@ pub(super) async fn export(db: &Database, table: &str, to: RemoteLocation, args:
         p.finish_and_clear();
     }
     let report = result?;
-    let line = serde_json::json!({
+    let mut line = serde_json::json!({
         "location": to.url,
         "files": report.files.len(),
         "rows": report.rows(),
         "bytes": report.bytes(),
     });
-    writeln!(std::io::stdout().lock(), "{line}").map_err(|e| Error::io("write to stdout", e))
+    if let Some(t) = named {
+        line["table"] = serde_json::json!(t);
+    }
+    writeln!(super::stdout::stdout(), "{line}").map_err(|e| Error::io("write to stdout", e))
 }
 
 /// A progress bar on stderr over `total` bytes, or nothing when stderr is
@@ -180,7 +266,7 @@ fn report(table: &str, bar: Option<indicatif::ProgressBar>, result: Result<Trans
         "reused_files": r.reused_files,
         "already_done": r.already_done,
     });
-    writeln!(std::io::stdout().lock(), "{line}").map_err(|e| Error::io("write to stdout", e))
+    writeln!(super::stdout::stdout(), "{line}").map_err(|e| Error::io("write to stdout", e))
 }
 
 /// `cellar archive TABLE --to URL`: prints
@@ -214,7 +300,7 @@ pub(super) async fn maintain(db: &Database, quiet: bool) -> Result<i32> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = super::stdout::stdout();
     let mut failed = false;
     for s in result? {
         let mut line = serde_json::json!({

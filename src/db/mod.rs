@@ -43,7 +43,7 @@ pub use self::archive::ArchiveOnDrop;
 use self::catalog::{CatalogEntry, CatalogFile};
 use self::inner::DbInner;
 pub use self::maintain::{MaintenanceAction, MaintenanceStep};
-pub use self::series::{Series, SeriesOptions};
+pub use self::series::{Series, SeriesOptions, SeriesUpdate};
 use self::table::Table;
 pub(crate) use self::writer::Writer;
 use crate::error::{Error, ErrorKind, Result};

@@ -22,7 +22,7 @@ use super::Database;
 use super::queued::QueuedWrites;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::api::{RowWrite, WriteResult};
-use crate::model::schema::{TableOptions, TableSchema};
+use crate::model::schema::{OptionsUpdate, TableOptions, TableSchema};
 use crate::model::types::{PkType, PkValue, Value, ValueType};
 use crate::remote::RemoteLocation;
 
@@ -50,6 +50,17 @@ pub struct SeriesOptions {
     pub drop_after_months: Option<u32>,
     /// Where months are archived: each month under `<archive_to>/<month>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_to: Option<RemoteLocation>,
+}
+
+/// A change to a series' own settings; `None` leaves one as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeriesUpdate {
+    /// New `archive_after_months`.
+    pub archive_after_months: Option<u32>,
+    /// New `drop_after_months`.
+    pub drop_after_months: Option<u32>,
+    /// New archive location of months archived from now on.
     pub archive_to: Option<RemoteLocation>,
 }
 
@@ -389,6 +400,43 @@ impl Database {
             }
         }
         Ok(self.inner.enqueue_many(routed).await?.with_refused(refused))
+    }
+
+    /// Changes a series: its ages and archive location (months archived
+    /// from now on, and the next `maintain`, use them) and the table
+    /// options, of the months it has and of those it creates later. The
+    /// series' settings are one catalog commit, checked whole first; the
+    /// months' options follow one by one (a crash between leaves some
+    /// months with the old options: the same call finishes it).
+    pub async fn alter_series(&self, name: &str, update: OptionsUpdate, change: SeriesUpdate) -> Result<()> {
+        {
+            let mut cat = self.inner.catalog.lock().await;
+            let mut def = (*self.series_def(name)?).clone();
+            def.options = update.apply(&def.options);
+            def.options.validate()?;
+            if let Some(a) = change.archive_after_months {
+                def.series.archive_after_months = Some(a);
+            }
+            if let Some(d) = change.drop_after_months {
+                def.series.drop_after_months = Some(d);
+            }
+            if let Some(to) = change.archive_to {
+                def.series.archive_to = Some(to.absolute()?);
+            }
+            def.validate()?;
+            let mut next = cat.1.clone();
+            for s in next.series.iter_mut().filter(|s| s.schema.name == name) {
+                *s = def.clone();
+            }
+            self.commit_catalog(&mut cat, next).await?;
+            self.inner.series.write().insert(name.to_string(), Arc::new(def));
+        }
+        if update != OptionsUpdate::default() {
+            for (_, m) in self.months_of(name) {
+                self.alter_table(&m, update).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Drops a series with all its months; archived months as `archive`

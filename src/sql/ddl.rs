@@ -117,10 +117,38 @@ fn options_update(opts: &[SqlOption]) -> DfResult<OptionsUpdate> {
 /// `archive_allow_http`. Returns the other options, and the series
 /// settings when `series` is given.
 fn split_series_options(opts: &[SqlOption]) -> DfResult<(Vec<SqlOption>, Option<SeriesOptions>)> {
+    let monthly = opts
+        .iter()
+        .any(|o| matches!(o, SqlOption::KeyValue { key, .. } if key.value.eq_ignore_ascii_case("series")));
+    let (rest, series) = parse_series_options(opts)?;
+    if monthly {
+        return Ok((rest, Some(series)));
+    }
+    if series != SeriesOptions::default() {
+        let k = opts
+            .iter()
+            .filter_map(|o| match o {
+                SqlOption::KeyValue { key, .. } => Some(key.value.to_ascii_lowercase()),
+                _ => None,
+            })
+            .find(|k| {
+                !rest
+                    .iter()
+                    .any(|r| matches!(r, SqlOption::KeyValue { key, .. } if key.value.eq_ignore_ascii_case(k)))
+            })
+            .unwrap_or_default();
+        return Err(plan_err(format!(
+            "table option {k} belongs to a series; add series = 'monthly' to create one"
+        )));
+    }
+    Ok((rest, None))
+}
+
+/// The series settings among `WITH (...)` / `SET (...)` (`series`
+/// itself is checked, then dropped), and the other options.
+fn parse_series_options(opts: &[SqlOption]) -> DfResult<(Vec<SqlOption>, SeriesOptions)> {
     let mut rest = Vec::new();
     let mut series = SeriesOptions::default();
-    let mut monthly = false;
-    let mut any = None;
     let mut location = RemoteLocation::new("");
     for o in opts {
         let SqlOption::KeyValue { key, value } = o else {
@@ -141,7 +169,6 @@ fn split_series_options(opts: &[SqlOption]) -> DfResult<(Vec<SqlOption>, Option<
                         "series = '{text}' is not supported; accepted: series = 'monthly'"
                     )));
                 }
-                monthly = true;
             }
             "time_column" => series.time_column = Some(text.clone()),
             "archive_after_months" => series.archive_after_months = Some(months("archive_after_months")?),
@@ -155,18 +182,48 @@ fn split_series_options(opts: &[SqlOption]) -> DfResult<(Vec<SqlOption>, Option<
                 continue;
             }
         }
-        any.get_or_insert(k);
     }
     if !location.url.is_empty() {
         series.archive_to = Some(location);
     }
-    match (monthly, any) {
-        (true, _) => Ok((rest, Some(series))),
-        (false, Some(k)) => Err(plan_err(format!(
-            "table option {k} belongs to a series; add series = 'monthly' to create one"
-        ))),
-        (false, None) => Ok((rest, None)),
+    Ok((rest, series))
+}
+
+/// `ALTER TABLE series SET (..)`: table options (its months' and new
+/// months'), `archive_after_months`, `drop_after_months`, `archive_to`
+/// (with `archive_endpoint`, `archive_region`, `archive_allow_http`).
+async fn alter_series(
+    db: &crate::Database,
+    name: &str,
+    ops: &[AlterTableOperation],
+) -> DfResult<Option<StatementOutput>> {
+    for op in ops {
+        let (AlterTableOperation::SetOptionsParens { options }
+        | AlterTableOperation::SetTblProperties {
+            table_properties: options,
+        }) = op
+        else {
+            return Err(plan_err(format!(
+                "ALTER TABLE {name} ... {op} is not supported for a series; accepted: ALTER TABLE {name} SET \
+                 (ttl = ..., max_versions = ..., archive_after_months = ..., drop_after_months = ..., archive_to = ...)"
+            )));
+        };
+        let (rest, parsed) = parse_series_options(options)?;
+        if parsed.time_column.is_some() {
+            return Err(plan_err(format!(
+                "the time column of series '{name}' cannot change (its rows are filed by it); create a new series"
+            )));
+        }
+        let change = crate::SeriesUpdate {
+            archive_after_months: parsed.archive_after_months,
+            drop_after_months: parsed.drop_after_months,
+            archive_to: parsed.archive_to,
+        };
+        db.alter_series(name, options_update(&rest)?, change)
+            .await
+            .map_err(df_err)?;
     }
+    Ok(done("ALTER TABLE"))
 }
 
 fn done(s: &str) -> Option<StatementOutput> {
@@ -298,6 +355,9 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
         }
         Statement::AlterTable(at) => {
             let name = table_name(&at.name)?;
+            if db.series(&name).is_ok() {
+                return alter_series(db, &name, &at.operations).await;
+            }
             if db.table(&name).is_err() && at.if_exists {
                 return Ok(done("ALTER TABLE"));
             }

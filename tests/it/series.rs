@@ -498,6 +498,50 @@ async fn series_are_described_and_dropped_with_their_months() {
         assert!(out.contains(want), "{want}: {out}");
     }
     assert_eq!(out.matches("\nmonth,ev_").count(), 2, "{out}");
+    // Altered: the settings, and the options of every month and new ones.
+    ok(&["alter", "ev", "--drop-after-months", "6", "--ttl", "864000"]);
+    ok(&[
+        "sql",
+        "-c",
+        "ALTER TABLE ev SET (archive_after_months = 2, max_versions = 2)",
+    ]);
+    let d: serde_json::Value = serde_json::from_str(ok(&["describe", "ev"]).trim()).unwrap();
+    assert_eq!(
+        (
+            &d["drop_after_months"],
+            &d["archive_after_months"],
+            &d["ttl"],
+            &d["max_versions"]
+        ),
+        (
+            &serde_json::json!(6),
+            &serde_json::json!(2),
+            &serde_json::json!(864000),
+            &serde_json::json!(2)
+        ),
+        "{d}"
+    );
+    for m in d["months"].as_array().unwrap() {
+        let t: serde_json::Value =
+            serde_json::from_str(ok(&["describe", m["table"].as_str().unwrap()]).trim()).unwrap();
+        assert_eq!(
+            (t["ttl"].as_i64(), t["max_versions"].as_i64()),
+            (Some(864000), Some(2)),
+            "{t}"
+        );
+    }
+    let (code, _, err) = cellar(&["alter", "ev", "--drop-after-months", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("must be greater than archive_after_months"), "{err}");
+    let (code, _, err) = cellar(&["sql", "-c", "ALTER TABLE ev SET (time_column = 'x')"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot change"), "{err}");
+    let d2: serde_json::Value = serde_json::from_str(ok(&["describe", "ev"]).trim()).unwrap();
+    assert_eq!(d2["drop_after_months"], 6, "a refused change changes nothing");
+    let month = d["months"][1]["table"].as_str().unwrap().to_string();
+    let (code, _, err) = cellar(&["alter", &month, "--archive-after-months", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is not one"), "{err}");
     // Without --cascade, or with an archived month and no archive choice:
     // refused, nothing dropped.
     let (code, _, err) = cellar(&["drop", "ev"]);
@@ -574,4 +618,70 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_series_exports_month_by_month() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("db");
+    let cellar = |args: &[&str]| crate::common::run_cli(&data, args, "");
+    let (code, _, err) = cellar(&[
+        "create",
+        "ev",
+        "--pk",
+        "dev:string,ts:integer",
+        "--series",
+        "monthly",
+        "--time-column",
+        "ts",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // 2024-01, 2024-02, 2024-03: 1, 2 and 3 rows.
+    let mut input = String::new();
+    for (m, n) in [(0i64, 1), (1, 2), (2, 3)] {
+        for i in 0..n {
+            let ts = 1_704_067_200_000 + m * 31 * DAY + i;
+            input.push_str(&format!(
+                "{{\"op\":\"put\",\"pk\":{{\"dev\":\"d{i}\",\"ts\":{ts}}},\"columns\":{{\"v\":{m}}}}}\n"
+            ));
+        }
+    }
+    assert_eq!(crate::common::run_cli(&data, &["write", "ev"], &input).0, 0);
+    let out_dir = dir.path().join("out");
+    let (code, out, err) = cellar(&[
+        "export",
+        "ev",
+        "--to",
+        out_dir.to_str().unwrap(),
+        "--from-month",
+        "2024-02",
+        "--to-month",
+        "2024-03",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let got: Vec<(String, u64)> = lines
+        .iter()
+        .map(|l| (l["table"].as_str().unwrap().to_string(), l["rows"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, vec![("ev_202402".to_string(), 2), ("ev_202403".to_string(), 3)]);
+    assert!(out_dir.join("ev_202403/part-00000.parquet").exists());
+    assert!(!out_dir.join("ev_202401").exists());
+    let (_, csv, _) = cellar(&[
+        "sql",
+        "--format",
+        "csv",
+        "-c",
+        &format!(
+            "SELECT count(*) AS n FROM '{}/ev_202403/part-00000.parquet'",
+            out_dir.display()
+        ),
+    ]);
+    assert_eq!(csv, "n\n3\n");
+    let (code, _, err) = cellar(&["export", "ev", "--to", "/tmp/x", "--from-month", "2024-13"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("give YYYY-MM"), "{err}");
+    let (code, _, err) = cellar(&["export", "ev_202401", "--to", "/tmp/x", "--from-month", "2024-01"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is a table"), "{err}");
 }
