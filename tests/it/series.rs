@@ -360,24 +360,7 @@ async fn the_cli_creates_writes_lists_and_maintains_series() {
     let data = dir.path().join("db");
     let cellar = |args: &[&str], input: Option<&str>| crate::common::run_cli(&data, args, input.unwrap_or(""));
     let arch = dir.path().join("arch");
-    let (code, _, err) = cellar(
-        &[
-            "create",
-            "ev",
-            "--pk",
-            "dev:string,ts:integer",
-            "--series",
-            "monthly",
-            "--time-column",
-            "ts",
-            "--archive-after-months",
-            "1",
-            "--archive-to",
-            arch.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert_eq!(code, 0, "{err}");
+    create_device_series(&data, "ev", Some(&arch));
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -447,20 +430,7 @@ async fn series_are_described_and_dropped_with_their_months() {
         .unwrap()
         .as_millis() as i64;
     for name in ["ev", "gone"] {
-        ok(&[
-            "create",
-            name,
-            "--pk",
-            "dev:string,ts:integer",
-            "--series",
-            "monthly",
-            "--time-column",
-            "ts",
-            "--archive-after-months",
-            "1",
-            "--archive-to",
-            arch.join(name).to_str().unwrap(),
-        ]);
+        create_device_series(&data, name, Some(&arch.join(name)));
         let input = format!(
             "{{\"op\":\"put\",\"pk\":{{\"dev\":\"a\",\"ts\":{now}}},\"columns\":{{\"v\":1}}}}\n\
              {{\"op\":\"put\",\"pk\":{{\"dev\":\"b\",\"ts\":{}}},\"columns\":{{\"v\":2}}}}\n",
@@ -606,6 +576,27 @@ async fn series_are_described_and_dropped_with_their_months() {
     assert!(err.contains("COL:timestamp"), "{err}");
 }
 
+/// `cellar create NAME` of a monthly series keyed (dev, ts), filed by
+/// `ts`; with `arch`, archiving months a month old there.
+fn create_device_series(data: &std::path::Path, name: &str, arch: Option<&std::path::Path>) {
+    let mut args = vec![
+        "create",
+        name,
+        "--pk",
+        "dev:string,ts:integer",
+        "--series",
+        "monthly",
+        "--time-column",
+        "ts",
+    ];
+    let arch = arch.map(|a| a.to_str().unwrap().to_string());
+    if let Some(a) = &arch {
+        args.extend(["--archive-after-months", "1", "--archive-to", a]);
+    }
+    let (code, _, err) = crate::common::run_cli(data, &args, "");
+    assert_eq!(code, 0, "{err}");
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     if let Ok(rd) = dir.read_dir() {
@@ -625,17 +616,7 @@ async fn a_series_exports_month_by_month() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("db");
     let cellar = |args: &[&str]| crate::common::run_cli(&data, args, "");
-    let (code, _, err) = cellar(&[
-        "create",
-        "ev",
-        "--pk",
-        "dev:string,ts:integer",
-        "--series",
-        "monthly",
-        "--time-column",
-        "ts",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    create_device_series(&data, "ev", None);
     // 2024-01, 2024-02, 2024-03: 1, 2 and 3 rows.
     let mut input = String::new();
     for (m, n) in [(0i64, 1), (1, 2), (2, 3)] {
