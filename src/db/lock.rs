@@ -136,14 +136,31 @@ fn lock_dir(root: &Path) -> Result<File> {
         .open(&path)
         .map_err(|e| Error::io(format!("open lock file {}", path.display()), e))?;
     match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::new(
-            ErrorKind::DatabaseLocked,
-            format!(
-                "the data directory {} is in use by another Cellar process; stop it or use another --data directory",
-                root.display()
-            ),
-        )),
+        Ok(()) => {
+            // The holder's process id, for the message of the next open
+            // that finds the directory in use (best effort: the lock is
+            // what counts).
+            use std::os::unix::fs::FileExt;
+            let _ = f
+                .set_len(0)
+                .and_then(|_| f.write_all_at(format!("{}\n", std::process::id()).as_bytes(), 0));
+            Ok(f)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                .map(|pid| format!(" (process {pid})"))
+                .unwrap_or_default();
+            Err(Error::new(
+                ErrorKind::DatabaseLocked,
+                format!(
+                    "the data directory {} is in use by another Cellar process{holder}; stop it or use another \
+                     --data directory",
+                    root.display()
+                ),
+            ))
+        }
         Err(std::fs::TryLockError::Error(e)) => Err(Error::io(format!("lock {}", path.display()), e)),
     }
 }

@@ -288,10 +288,10 @@ fn a_second_process_is_told_the_directory_is_in_use() {
     assert!(first.contains("\"ok\":true"));
     let o = c.run(&["list"]);
     assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("in use"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+        err.contains("in use") && err.contains(&format!("(process {})", holder.id())),
+        "{err}"
     );
     drop(stdin);
     assert!(holder.wait().unwrap().success());
