@@ -9,10 +9,16 @@
 //! archive location), and every WAL file (record checksums, a torn tail of
 //! the newest one). It holds the directory lock while it runs and changes
 //! nothing: a torn WAL tail is reported, and cut off by the next open.
+//! When another process holds the lock, it checks beside that writer:
+//! files the writer deletes while they are checked (old versions, flushed
+//! WAL files, segments a compaction replaced) are skipped or noted, never
+//! reported damaged, and the newest WAL file's tail may be a record being
+//! written.
 //!
-//! Invariants: it never writes and never opens the database (it takes the
-//! directory lock, so no writer runs meanwhile); a file is `ok` only when
-//! every checksum it has matched.
+//! Invariants: it never writes and never opens the database; a file is
+//! `ok` only when every checksum it has matched; a file the newest
+//! manifest names and that is gone is damaged unless a newer manifest
+//! appeared meanwhile.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -98,14 +104,22 @@ pub async fn check_with(root: impl AsRef<Path>, table: Option<&str>, options: Ch
         )));
     }
     // Waits, as an open does, for a database of this process that is
-    // closing to let go of the directory.
-    let _lock = crate::db::lock::DirLock::acquire(&root).await?;
+    // closing to let go of the directory. Held by another process: checked
+    // beside its writer (`live`).
+    let lock = match crate::db::lock::DirLock::acquire(&root).await {
+        Ok(l) => Some(l),
+        Err(e) if e.kind() == crate::error::ErrorKind::DatabaseLocked => None,
+        Err(e) => return Err(e),
+    };
+    let live = lock.is_none();
     let store: Arc<dyn ObjectStore> = Arc::new(
         LocalFileSystem::new_with_prefix(&root)
             .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
     );
     let mut report = CheckReport::default();
-    let tables = check_versions::<serde_json::Value>(&*store, "catalog", &mut report).await?;
+    let tables = check_versions::<serde_json::Value>(&*store, "catalog", &mut report)
+        .await?
+        .map(|(_, v)| v);
     let entries = tables
         .and_then(|c| c.get("tables").and_then(|t| t.as_array()).cloned())
         .unwrap_or_default();
@@ -134,32 +148,57 @@ pub async fn check_with(root: impl AsRef<Path>, table: Option<&str>, options: Ch
             continue;
         }
         let prefix = format!("tables/{id}/manifest");
-        let Some(m) = check_versions::<TableManifest>(&*store, &prefix, &mut report).await? else {
+        let Some((version, m)) = check_versions::<TableManifest>(&*store, &prefix, &mut report).await? else {
             continue;
         };
         let named: std::collections::HashSet<&str> = m.segments.iter().map(|s| s.path.as_str()).collect();
         for seg in &m.segments {
-            let state = match check_segment(&*store, seg, options).await {
+            let mut state = match check_segment(&*store, seg, options).await {
                 Ok(state) => state,
                 Err(e) => FileState::Damaged(e.message().to_string()),
             };
+            // Beside a writer, a segment the manifest read named may have
+            // been replaced (and deleted) by a compaction since: benign
+            // when a newer manifest version exists.
+            if live && state == FileState::Damaged(MISSING.into()) && newest_version(&*store, &prefix).await? > version
+            {
+                state = FileState::Note("replaced by the running writer while it was being checked".into());
+            }
             report.push(&seg.path, state);
         }
         let seg_dir = ObjectPath::from(format!("tables/{id}/segments"));
         let listed: Vec<_> = store.list(Some(&seg_dir)).try_collect().await?;
         for o in listed {
             if !named.contains(o.location.as_ref()) {
-                report.push(
-                    o.location.to_string(),
-                    FileState::Note("named by no manifest (left by a crash; deleted at the next open)".into()),
-                );
+                let why = if live {
+                    "named by no manifest yet (being written by the running writer, or left by a crash)"
+                } else {
+                    "named by no manifest (left by a crash; deleted at the next open)"
+                };
+                report.push(o.location.to_string(), FileState::Note(why.into()));
             }
         }
     }
     if table.is_none() {
-        check_wal(&root.join("wal"), &mut report)?;
+        check_wal(&root.join("wal"), &mut report, live)?;
     }
+    drop(lock);
     Ok(report)
+}
+
+/// What a segment that its manifest names but is gone reads as.
+const MISSING: &str = "missing: the manifest names it but the file is gone";
+
+/// The newest version file's path under `prefix` (version files sort by
+/// name).
+async fn newest_version(store: &dyn ObjectStore, prefix: &str) -> Result<String> {
+    let listed: Vec<_> = store.list(Some(&ObjectPath::from(prefix))).try_collect().await?;
+    Ok(listed
+        .into_iter()
+        .map(|o| o.location.to_string())
+        .filter(|p| p.ends_with(".json"))
+        .max()
+        .unwrap_or_default())
 }
 
 /// Checks an archived table's segments where they are (read whole from
@@ -178,12 +217,13 @@ async fn check_archive(record: &ArchiveRecord, report: &mut CheckReport, options
 }
 
 /// Checks every version file under `prefix`; returns the newest readable
-/// one's contents.
+/// one's path and contents. A file listed and gone when read (a writer
+/// beside deletes old versions) is skipped.
 async fn check_versions<T: serde::de::DeserializeOwned>(
     store: &dyn ObjectStore,
     prefix: &str,
     report: &mut CheckReport,
-) -> Result<Option<T>> {
+) -> Result<Option<(String, T)>> {
     let listed: Vec<_> = store.list(Some(&ObjectPath::from(prefix))).try_collect().await?;
     let mut paths: Vec<ObjectPath> = listed
         .into_iter()
@@ -193,10 +233,14 @@ async fn check_versions<T: serde::de::DeserializeOwned>(
     paths.sort();
     let mut newest = None;
     for path in paths {
-        let bytes = store.get(&path).await?.bytes().await?;
+        let bytes = match store.get(&path).await {
+            Ok(r) => r.bytes().await?,
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
         match manifest::decode::<T>(&path, &bytes) {
             Ok(v) => {
-                newest = Some(v);
+                newest = Some((path.to_string(), v));
                 report.push(path.to_string(), FileState::Ok);
             }
             Err(e) => report.push(path.to_string(), FileState::Damaged(e.message().to_string())),
@@ -218,9 +262,7 @@ async fn check_segment(store: &dyn ObjectStore, seg: &SegmentMeta, options: Chec
     let bytes: Bytes = match store.get(&path).await {
         Ok(r) => r.bytes().await?,
         Err(object_store::Error::NotFound { .. }) => {
-            return Ok(FileState::Damaged(
-                "missing: the manifest names it but the file is gone".into(),
-            ));
+            return Ok(FileState::Damaged(MISSING.into()));
         }
         Err(e) => return Err(e.into()),
     };
@@ -246,8 +288,10 @@ async fn check_segment(store: &dyn ObjectStore, seg: &SegmentMeta, options: Chec
     })
 }
 
-/// Checks every WAL file, the newest one allowing a torn tail.
-fn check_wal(dir: &Path, report: &mut CheckReport) -> Result<()> {
+/// Checks every WAL file, the newest one allowing a torn tail (`live`:
+/// beside a writer, whose newest file's tail may be a record being
+/// written, and whose older files may be deleted once flushed).
+fn check_wal(dir: &Path, report: &mut CheckReport, live: bool) -> Result<()> {
     if !dir.is_dir() {
         return Ok(());
     }
@@ -255,9 +299,17 @@ fn check_wal(dir: &Path, report: &mut CheckReport) -> Result<()> {
     for (i, &n) in numbers.iter().enumerate() {
         let path = dir.join(crate::wal::file_name(n));
         let name = format!("wal/{}", crate::wal::file_name(n));
-        let data = std::fs::read(&path).map_err(|e| Error::io(format!("read WAL file {}", path.display()), e))?;
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if live && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(format!("read WAL file {}", path.display()), e)),
+        };
         let state = match crate::wal::read_file(&path, &data, i + 1 == numbers.len()) {
             Ok(r) => match r.torn_at {
+                Some(at) if live => FileState::Note(format!(
+                    "{} bytes at offset {at} past the last whole record (the running writer's tail)",
+                    data.len() - at
+                )),
                 Some(at) => FileState::Note(format!(
                     "a torn tail of {} bytes at offset {at} (a write cut short by a crash, never acknowledged; cut off at the next open)",
                     data.len() - at

@@ -479,3 +479,47 @@ fn a_memory_budget_is_taken_in_units_and_bad_ones_are_named() {
         assert!(err.contains("512MiB, 2GiB or 1GB"), "{err}");
     }
 }
+
+#[test]
+fn check_reads_a_database_beside_its_writer() {
+    let c = Cli::new();
+    c.ok(&["create", "t", "--pk", "k:integer"]);
+    // A small memory budget: flushes and compactions while it writes.
+    let mut writer = c
+        .cmd(&["--memory", "16MiB", "write", "t", "--quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = writer.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for k in 0..400_000u64 {
+            let line = format!(
+                "{{\"op\":\"put\",\"pk\":{{\"k\":{}}},\"columns\":{{\"v\":{k},\"pad\":\"{}\"}}}}\n",
+                k % 50_000,
+                "x".repeat(40)
+            );
+            if stdin.write_all(line.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for round in 0..4 {
+        let o = c.run(&["check"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "round {round}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains(": 0 damaged"), "round {round}: {out}");
+    }
+    feeder.join().unwrap();
+    let o = writer.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = c.ok(&["check"]);
+    assert!(out.contains(": 0 damaged"), "{out}");
+}
