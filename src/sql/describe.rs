@@ -107,15 +107,7 @@ pub(super) fn series(db: &Database, name: &str) -> DfResult<SendableRecordBatchS
     let schema = super::sql_schema(db, name)
         .ok_or_else(|| super::errors::df_err(crate::Error::param(format!("series '{name}' does not exist"))))?;
     for (i, f) in schema.fields().iter().enumerate() {
-        let ty = match f.data_type() {
-            DataType::Int64 => "BIGINT".to_string(),
-            DataType::Float64 => "DOUBLE".to_string(),
-            DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8 => "VARCHAR".to_string(),
-            DataType::Binary | DataType::BinaryView | DataType::LargeBinary => "VARBINARY".to_string(),
-            DataType::Boolean => "BOOLEAN".to_string(),
-            DataType::Timestamp(..) => "TIMESTAMP".to_string(),
-            other => other.to_string(),
-        };
+        let ty = super::messages::sql_type(f.data_type());
         if i < keys {
             let note = if i == 0 { " (partition key)" } else { "" };
             add("primary key", f.name(), format!("{ty} NOT NULL{note}"));

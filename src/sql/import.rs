@@ -186,9 +186,10 @@ pub async fn import_file(
                 let batch = batch.map_err(|e| Error::param(format!("{}: {e}", path.display())))?;
                 let names: Vec<String> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
                 let targets: Vec<Target> = names.iter().map(|n| target(n)).collect();
+                let cols: Vec<ArrayRef> = batch.columns().iter().map(normalized).collect();
                 for r in 0..batch.num_rows() {
                     line += 1;
-                    let row = typed_row(&schema, &names, &targets, batch.columns(), r);
+                    let row = typed_row(&schema, &names, &targets, &cols, r);
                     sink.push(line, row).await?;
                 }
             }
@@ -285,7 +286,7 @@ fn typed_row(
     let mut keys: Vec<Option<PkValue>> = vec![None; schema.primary_key.len()];
     let mut put = PutRow::new(PrimaryKey::new());
     for ((name, target), col) in names.iter().zip(targets).zip(cols) {
-        let Some(v) = arrow_value(col, r) else { continue };
+        let Some(v) = super::insert::cell(col, r) else { continue };
         match *target {
             Target::Key(i, t) => keys[i] = Some(key_from_value(name, t, v)?),
             Target::Declared(t) => put = put.column(name.clone(), convert(name, t, v)?),
@@ -451,36 +452,33 @@ fn hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The value of an Arrow cell in Cellar's types (`None`: NULL); integers
-/// of every width, floats, strings, binaries, booleans and timestamps (as
-/// milliseconds).
-fn arrow_value(a: &ArrayRef, r: usize) -> Option<Value> {
-    if a.is_null(r) {
-        return None;
-    }
+/// A Parquet column in the Arrow types Cellar's values come from (cast
+/// once per batch): integers of every width as Int64, floats as Float64,
+/// large strings and binaries as plain ones, timestamps and dates as
+/// millisecond timestamps. A cell that does not convert reads as NULL (not
+/// written); a column of another type is left as it is (its cells read as
+/// NULL).
+fn normalized(a: &ArrayRef) -> ArrayRef {
+    use datafusion::arrow::datatypes::TimeUnit;
     let target = match a.data_type() {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => {
-            DataType::Int64
-        }
-        DataType::UInt64 => DataType::Int64,
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64 => DataType::Int64,
         DataType::Float16 | DataType::Float32 => DataType::Float64,
         DataType::LargeUtf8 => DataType::Utf8,
         DataType::LargeBinary | DataType::FixedSizeBinary(_) => DataType::Binary,
-        DataType::Timestamp(_, tz) => {
-            DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, tz.clone())
-        }
-        DataType::Date32 | DataType::Date64 => {
-            DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None)
-        }
+        DataType::Timestamp(_, tz) => DataType::Timestamp(TimeUnit::Millisecond, tz.clone()),
+        DataType::Date32 | DataType::Date64 => DataType::Timestamp(TimeUnit::Millisecond, None),
         other => other.clone(),
     };
-    let one = a.slice(r, 1);
-    let one = if *one.data_type() == target {
-        one
-    } else {
-        datafusion::arrow::compute::cast(&one, &target).ok()?
-    };
-    super::insert::cell(&one, 0)
+    if *a.data_type() == target {
+        return a.clone();
+    }
+    datafusion::arrow::compute::cast(a, &target).unwrap_or_else(|_| a.clone())
 }
 
 /// A batch in flight: its rows' line numbers, and their results once

@@ -57,7 +57,7 @@ fn engine(msg: String) -> DataFusionError {
 }
 
 /// SQL's name of a column type.
-fn sql_type(t: &DataType) -> String {
+pub(super) fn sql_type(t: &DataType) -> String {
     match t {
         DataType::Int64 => "BIGINT".into(),
         DataType::Float64 => "DOUBLE".into(),
