@@ -36,7 +36,8 @@ pub enum ErrorKind {
     Corruption,
     /// The database was closed, or a background task failed.
     Closed,
-    /// The table refuses writes: it is archived, or being archived.
+    /// The table refuses writes: it is archived, or being archived; or
+    /// the database was opened read-only.
     ReadOnly,
 }
 

@@ -78,10 +78,16 @@ impl ManifestLog {
         self.prefix.clone().join(format!("{n:020}.json"))
     }
 
-    async fn versions(&self, store: &dyn ObjectStore) -> Result<Vec<u64>> {
+    /// The committed version numbers, ascending; `clean`: delete what an
+    /// interrupted local commit left (never beside a live writer, whose
+    /// commit in progress it would break).
+    async fn versions(&self, store: &dyn ObjectStore, clean: bool) -> Result<Vec<u64>> {
         let metas: Vec<_> = store.list(Some(&self.prefix)).try_collect().await?;
         // A commit a crash interrupted on a local disk.
-        for m in metas.iter().filter(|m| m.location.as_ref().ends_with(".json.tmp")) {
+        for m in metas
+            .iter()
+            .filter(|m| clean && m.location.as_ref().ends_with(".json.tmp"))
+        {
             match store.delete(&m.location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -97,12 +103,36 @@ impl ManifestLog {
 
     /// The newest version and its number, or `None` when there is none.
     pub async fn load<T: DeserializeOwned>(&self, store: &dyn ObjectStore) -> Result<Option<(u64, T)>> {
-        let Some(&n) = self.versions(store).await?.last() else {
+        let Some(&n) = self.versions(store, true).await?.last() else {
             return Ok(None);
         };
         let path = self.path(n);
         let bytes = store.get(&path).await?.bytes().await?;
         Ok(Some((n, decode(&path, &bytes)?)))
+    }
+
+    /// [`load`](Self::load) beside a process that may be committing:
+    /// changes nothing, and when the newest version listed was pruned
+    /// before it was read (newer ones were committed meanwhile), lists
+    /// again.
+    pub async fn load_live<T: DeserializeOwned>(&self, store: &dyn ObjectStore) -> Result<Option<(u64, T)>> {
+        let mut attempt = 0;
+        loop {
+            let Some(&n) = self.versions(store, false).await?.last() else {
+                return Ok(None);
+            };
+            let path = self.path(n);
+            match store.get(&path).await {
+                Ok(got) => return Ok(Some((n, decode(&path, &got.bytes().await?)?))),
+                Err(object_store::Error::NotFound { .. }) if attempt < 10 => attempt += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The newest committed version's number (0: none), changing nothing.
+    pub async fn newest_version(&self, store: &dyn ObjectStore) -> Result<u64> {
+        Ok(self.versions(store, false).await?.last().copied().unwrap_or(0))
     }
 
     /// Commits `value` as version `n`, durably; fails if version `n`
@@ -144,7 +174,7 @@ impl ManifestLog {
         }
         crate::crash_point::hit("manifest.written");
         if n > KEEP_VERSIONS {
-            for old in self.versions(store).await? {
+            for old in self.versions(store, true).await? {
                 if old + KEEP_VERSIONS < n {
                     match store.delete(&self.path(old)).await {
                         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}

@@ -49,6 +49,11 @@ pub struct Cli {
     /// 512MiB, 2GiB or 1GB [default: 512MiB]
     #[arg(long, global = true, value_name = "SIZE")]
     pub memory: Option<String>,
+    /// Open the data directory for reading only, beside the process that
+    /// holds it for writing: takes no lock, writes nothing, and sees what
+    /// was written when each command or statement began; changes are refused
+    #[arg(long, global = true)]
+    pub read_only: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -440,10 +445,47 @@ async fn run(cli: Cli) -> Result<i32> {
     if let Some(m) = &cli.memory {
         options = options.memory_budget(crate::parse_memory_size(m)?);
     }
-    let db = Database::open_with(data_dir(&cli), options).await?;
+    if !cli.read_only {
+        let db = Database::open_with(data_dir(&cli), options).await?;
+        let code = run_command(&db, cli.command).await;
+        db.close().await?;
+        return code;
+    }
+    if let Some(name) = changes(&cli.command) {
+        return Err(Error::param(format!(
+            "`cellar {name}` changes the database, and --read-only only reads (list, describe, get, scan, export, \
+             check, sql queries); run it without --read-only, in the process that writes the directory or once \
+             that one has closed it"
+        )));
+    }
+    let db = Database::open_read_only_with(data_dir(&cli), options).await?;
     let code = run_command(&db, cli.command).await;
     db.close().await?;
     code
+}
+
+/// The name of a command that changes the database (refused with
+/// `--read-only`); `None` for one that only reads.
+fn changes(command: &Command) -> Option<&'static str> {
+    Some(match command {
+        Command::Create { .. } => "create",
+        Command::Alter { .. } => "alter",
+        Command::Drop { .. } => "drop",
+        Command::Write { .. } => "write",
+        Command::Import(_) => "import",
+        Command::Compact { .. } => "compact",
+        Command::Archive { .. } => "archive",
+        Command::Maintain { .. } => "maintain",
+        Command::Restore { .. } => "restore",
+        Command::Demo => "demo",
+        Command::List { .. }
+        | Command::Describe { .. }
+        | Command::Get { .. }
+        | Command::Scan { .. }
+        | Command::Check { .. }
+        | Command::Export { .. }
+        | Command::Sql { .. } => return None,
+    })
 }
 
 async fn run_command(db: &Database, command: Command) -> Result<i32> {

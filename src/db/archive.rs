@@ -83,6 +83,7 @@ impl Database {
         to: &RemoteLocation,
         progress: &(dyn Fn(&TransferProgress) + Sync),
     ) -> Result<TransferReport> {
+        self.inner.writable("an archive")?;
         let to = &to.absolute()?;
         let t = self.table_inner(name)?;
         let _transfer = t.transfer.lock().await;
@@ -154,7 +155,7 @@ impl Database {
         // The archive is the table now: swap its segments, free the local
         // files (a segment a reader still holds goes when it lets go).
         undo.armed = false;
-        let segments = archived_segments(&t, &record, &remote, storage, self.path());
+        let segments = archived_segments(&t, &record, &remote, storage, Some(self.path()));
         let old = std::mem::replace(&mut t.state.write().segments, Arc::new(segments));
         old.iter().for_each(|s| s.mark_obsolete());
         *t.manifest.lock().await = (0, record.manifest.clone());
@@ -174,6 +175,7 @@ impl Database {
         name: &str,
         progress: &(dyn Fn(&TransferProgress) + Sync),
     ) -> Result<TransferReport> {
+        self.inner.writable("a restore")?;
         let t = self.table_inner(name)?;
         let _transfer = t.transfer.lock().await;
         let Some(record) = self.archive_record(t.id).await else {
@@ -230,6 +232,7 @@ impl Database {
     /// to be reachable before the table is dropped; if deleting its objects
     /// then fails, the table is dropped and the error names what is left.
     pub async fn drop_table_with(&self, name: &str, archive: ArchiveOnDrop) -> Result<()> {
+        self.inner.writable("DROP TABLE")?;
         if self.inner.series.read().contains_key(name) {
             return self.drop_series(name).await;
         }
@@ -494,7 +497,8 @@ pub(super) fn open_archived(
     record: &ArchiveRecord,
     storage: &Storage,
     root: &std::path::Path,
-) -> Result<Arc<TableInner>> {
+    read_only: bool,
+) -> Result<TableInner> {
     let remote = record.location.open().map_err(|e| {
         Error::new(
             e.kind(),
@@ -507,23 +511,25 @@ pub(super) fn open_archived(
         )
     })?;
     let t = TableInner::new(id, schema.clone(), options, 0, record.manifest.clone(), Vec::new());
-    t.state.write().segments = Arc::new(archived_segments(&t, record, &remote, storage, root));
+    // A read-only open writes nothing, the tail cache included.
+    let cache = (!read_only).then_some(root);
+    t.state.write().segments = Arc::new(archived_segments(&t, record, &remote, storage, cache));
     *t.archive.write() = Some(ArchiveState {
         location: record.location.clone(),
         complete: true,
     });
     t.read_only.store(true, Ordering::Release);
-    Ok(Arc::new(t))
+    Ok(t)
 }
 
 /// The segments of an archived table, read from its archive location
-/// (their tails cached under the data directory when it is local).
+/// (their tails cached under the data directory `cache` when it is local).
 fn archived_segments(
     t: &TableInner,
     record: &ArchiveRecord,
     remote: &Remote,
     storage: &Storage,
-    root: &std::path::Path,
+    cache: Option<&std::path::Path>,
 ) -> Vec<Arc<Segment>> {
     record
         .manifest
@@ -532,9 +538,9 @@ fn archived_segments(
         .map(|m| {
             let seg = Segment::new(m.clone(), remote.store.clone(), None, storage.read_checks)
                 .with_chunk_cache(storage.chunk_cache.clone());
-            let seg = match storage.local_root {
-                Some(_) => seg.with_tail_cache(tail_cache_dir(root, t.id).join(format!("{}.tail", m.id))),
-                None => seg,
+            let seg = match (&storage.local_root, cache) {
+                (Some(_), Some(root)) => seg.with_tail_cache(tail_cache_dir(root, t.id).join(format!("{}.tail", m.id))),
+                _ => seg,
             };
             Arc::new(seg)
         })

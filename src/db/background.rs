@@ -44,6 +44,9 @@ pub(crate) struct Shared {
     /// The directory lock; released when the last flush task lets go of
     /// `Shared`, so no other process can open the directory under it.
     pub(super) lock: Option<super::lock::DirLock>,
+    /// Opened read-only: no flush, compaction or other background work
+    /// ever starts (nothing is written).
+    pub(super) read_only: bool,
 }
 
 impl Drop for Shared {
@@ -138,7 +141,8 @@ impl Shared {
     }
 
     pub(crate) fn schedule_compaction(&self, table: Arc<TableInner>) {
-        if !self.options.auto_compaction || self.closed.load(Ordering::Acquire) || table.is_archived() {
+        if !self.options.auto_compaction || self.read_only || self.closed.load(Ordering::Acquire) || table.is_archived()
+        {
             return;
         }
         // Most flushes leave nothing to do: spawn nothing then.
@@ -197,6 +201,9 @@ impl Shared {
         F: FnOnce(Arc<Shared>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
+        if self.read_only {
+            return false;
+        }
         let Some(shared) = self.me.upgrade() else {
             return false;
         };

@@ -32,7 +32,8 @@ use crate::write::{condition, validate};
 /// stops the committer (which syncs the WAL) and releases the lock.
 pub(crate) struct DbInner {
     pub shared: Arc<Shared>,
-    pub commit_tx: crate::write::committer::CommitSender,
+    /// The committer's queue; `None` in a read-only database.
+    pub commit_tx: Option<crate::write::committer::CommitSender>,
     pub(super) root: PathBuf,
     pub(super) store: Arc<dyn ObjectStore>,
     pub(super) catalog_log: ManifestLog,
@@ -49,7 +50,9 @@ impl Drop for DbInner {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
         // Close the channel; the committer drains it, syncs and exits.
-        self.commit_tx.close();
+        if let Some(tx) = &mut self.commit_tx {
+            tx.close();
+        }
         if let Some(h) = self.committer.lock().take() {
             let _ = h.join();
         }
@@ -57,6 +60,34 @@ impl Drop for DbInner {
 }
 
 impl DbInner {
+    /// The committer's queue, or the refusal of `what` when the database
+    /// was opened read-only.
+    pub(crate) fn sender(&self, what: &str) -> Result<&crate::write::committer::CommitSender> {
+        self.commit_tx.as_ref().ok_or_else(|| self.read_only_error(what))
+    }
+
+    /// Refuses `what` (a change) when the database was opened read-only.
+    pub(crate) fn writable(&self, what: &str) -> Result<()> {
+        self.sender(what).map(|_| ())
+    }
+
+    /// Whether the database was opened read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.commit_tx.is_none()
+    }
+
+    fn read_only_error(&self, what: &str) -> Error {
+        Error::new(
+            ErrorKind::ReadOnly,
+            format!(
+                "{what} refused: the database at {} is open read-only (`cellar --read-only`, \
+                 `Database::open_read_only`) and never writes; changes go through the process that opened it \
+                 for writing, or through an open without --read-only once that process has closed it",
+                self.root.display()
+            ),
+        )
+    }
+
     pub(crate) fn table_inner(&self, name: &str) -> Result<Arc<TableInner>> {
         self.shared
             .tables
@@ -113,6 +144,7 @@ impl DbInner {
         writes: impl IntoIterator<Item = (T, RowWrite)>,
         waits: bool,
     ) -> Result<QueuedWrites> {
+        self.writable("a write")?;
         let now = self.now_ms();
         let writes = writes.into_iter();
         let mut results = Vec::with_capacity(writes.size_hint().0);
@@ -256,7 +288,7 @@ impl DbInner {
     /// [`CommitSender::try_inline`]: crate::write::committer::CommitSender::try_inline
     async fn enqueue(&self, writes: Vec<PendingWrite>, waits: bool) -> Result<oneshot::Receiver<Result<CommitAck>>> {
         let writes = if waits && tokio::task::try_id().is_none() {
-            match self.commit_tx.try_inline(writes) {
+            match self.sender("a write")?.try_inline(writes) {
                 Ok(rx) => return Ok(rx),
                 Err(writes) => writes,
             }
@@ -264,7 +296,7 @@ impl DbInner {
             writes
         };
         let (done, rx) = oneshot::channel();
-        self.commit_tx
+        self.sender("a write")?
             .send(CommitMsg::Write { writes, done })
             .await
             .map_err(|_| Error::closed())?;
@@ -275,7 +307,7 @@ impl DbInner {
     /// segment.
     pub(crate) async fn flush_table(&self, t: &Arc<TableInner>) -> Result<()> {
         let (done, rx) = oneshot::channel();
-        self.commit_tx
+        self.sender("a flush")?
             .send(CommitMsg::Freeze { table: t.clone(), done })
             .await
             .map_err(|_| Error::closed())?;
@@ -290,6 +322,7 @@ impl DbInner {
 
     /// Runs one compaction of the table now (see [`compaction::Pick`]).
     pub(crate) async fn compact_table(&self, t: &Arc<TableInner>, pick: compaction::Pick) -> Result<bool> {
+        self.writable("a compaction")?;
         self.shared.compact(t, pick).await
     }
 

@@ -155,8 +155,9 @@ fn lock_dir(root: &Path) -> Result<File> {
             Err(Error::new(
                 ErrorKind::DatabaseLocked,
                 format!(
-                    "the data directory {} is in use by another Cellar process{holder}; stop it or use another \
-                     --data directory",
+                    "the data directory {} is in use by another Cellar process{holder}; read it beside that \
+                     process with `cellar --read-only` (`Database::open_read_only`), stop that process to write \
+                     here, or use another --data directory",
                     root.display()
                 ),
             ))

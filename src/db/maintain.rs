@@ -50,6 +50,7 @@ impl Database {
     /// again does only what is left. `progress` is told the month being
     /// archived and how far its copy has got.
     pub async fn maintain(&self, progress: &(dyn Fn(&str, &TransferProgress) + Sync)) -> Result<Vec<MaintenanceStep>> {
+        self.inner.writable("maintain")?;
         let now = self.inner.now_ms();
         let current =
             month_of(now).ok_or_else(|| Error::param(format!("the clock ({now} ms) is outside years 1970-9999")))?;

@@ -2,7 +2,7 @@
 //!
 //! Layout under the root:
 //! ```text
-//! LOCK                                 OS file lock held while open
+//! LOCK                                 OS file lock held while open for writing
 //! wal/NNNNNNNNNNNNNNNNNNNN.log         the write-ahead log (all tables)
 //! catalog/NNNNNNNNNNNNNNNNNNNN.json    table names, ids, schemas, options
 //! tables/<id>/manifest/NNNN....json    per table: segments, flushed_seq
@@ -12,12 +12,14 @@
 //! `docs/format.md`).
 //!
 //! Parts: [`open`] (the lock, catalog, manifests, WAL replay, clean-up),
+//! `load` (reading the WAL, catalog and manifests, for both opens),
 //! `catalog` (DDL versions), `inner` (the handle writes and table handles
 //! go through), `background` (flush and compaction scheduling), [`table`]
 //! (the row API of one table).
 //!
-//! Invariants: one process holds a directory (an OS lock, released when
-//! the last handle and background task let go); DDL is serialised by the
+//! Invariants: one process holds a directory for writing (an OS lock,
+//! released when the last handle and background task let go; read-only
+//! opens, [`read_only`], take none and write nothing); DDL is serialised by the
 //! catalog lock; a table's id is never reused, so a dropped table's files
 //! can never be mistaken for a new table's.
 
@@ -25,10 +27,12 @@ mod archive;
 mod background;
 mod catalog;
 mod inner;
+mod load;
 pub(crate) mod lock;
 mod maintain;
 pub(crate) mod open;
 pub(crate) mod queued;
+mod read_only;
 mod reads;
 pub(crate) mod series;
 pub(crate) mod table;
@@ -172,6 +176,7 @@ impl Database {
 
     /// Creates a table, a month of `series` when given.
     async fn create_table_in(&self, schema: TableSchema, options: TableOptions, series: Option<String>) -> Result<()> {
+        self.inner.writable("CREATE TABLE")?;
         schema.validate()?;
         options.validate()?;
         let mut cat = self.inner.catalog.lock().await;
@@ -206,6 +211,7 @@ impl Database {
 
     /// Changes some options of a table.
     pub async fn alter_table(&self, name: &str, update: OptionsUpdate) -> Result<TableOptions> {
+        self.inner.writable("ALTER TABLE")?;
         let mut cat = self.inner.catalog.lock().await;
         let t = self.table_inner(name)?;
         let new = update.apply(&t.options.read());
@@ -224,6 +230,7 @@ impl Database {
     /// Declares one more attribute column (a SQL type mapping; existing
     /// data is unchanged).
     pub async fn add_column(&self, table: &str, column: ColumnDef) -> Result<()> {
+        self.inner.writable("ALTER TABLE .. ADD COLUMN")?;
         let mut cat = self.inner.catalog.lock().await;
         let t = self.table_inner(table)?;
         let mut schema = t.full_schema();
@@ -315,6 +322,7 @@ impl Database {
     }
 
     async fn commit_catalog(&self, cat: &mut (u64, CatalogFile), next: CatalogFile) -> Result<()> {
+        self.inner.writable("a catalog change")?;
         let version = cat.0 + 1;
         self.inner
             .catalog_log

@@ -1,14 +1,13 @@
-//! Opening a database: the directory lock, the catalog, each table's
-//! manifest, WAL replay, and the clean-up of what a crash left behind.
+//! Opening a database for writing: the directory lock, loading the WAL,
+//! catalog and manifests ([`load`](super::load)), and the clean-up of
+//! what a crash left behind.
 //!
-//! Invariants: a write is replayed into a table only when its sequence
-//! number is above the table's `flushed_seq`, and never into an archived
-//! table; opening contacts no archive location (archived segments are
-//! read on first use); files no manifest names are
-//! deleted only after every manifest has been read; the committer starts
-//! after replay, numbering writes after the highest sequence seen.
+//! Invariants: the lock is held before anything is read or changed;
+//! opening contacts no archive location (archived segments are read on
+//! first use); files no manifest names are deleted only after every
+//! manifest has been read; the committer starts after replay, numbering
+//! writes after the highest sequence seen.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -21,11 +20,10 @@ use tokio::sync::mpsc;
 
 use super::Database;
 use super::background::Shared;
-use super::catalog::CatalogFile;
 use super::inner::DbInner;
 use super::lock::DirLock;
 use crate::error::{Error, ErrorKind, Result};
-use crate::manifest::{ManifestLog, TableManifest};
+use crate::manifest::ManifestLog;
 use crate::options::DbOptions;
 use crate::segment::{ReadChecks, SegmentWriteOptions};
 use crate::state::TableInner;
@@ -66,123 +64,36 @@ impl Database {
         let mut lock = DirLock::acquire(&root).await?;
         let closed = Arc::new(AtomicBool::new(false));
         lock.register(&closed);
-        let (store, local_root): (Arc<dyn ObjectStore>, _) = match &options.object_store {
-            Some(store) => (store.clone(), None),
-            None => (
-                Arc::new(
-                    LocalFileSystem::new_with_prefix(&root)
-                        .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
-                ),
-                Some(root.clone()),
-            ),
-        };
-        let catalog_log = ManifestLog::new("catalog");
-        let (catalog_version, catalog) = catalog_log.load::<CatalogFile>(&*store).await?.unwrap_or_default();
-
-        let mut tables = BTreeMap::new();
-        // table id -> (table, flushed_seq)
-        let mut by_id = BTreeMap::new();
-        let mut max_seq = 0;
-        let storage = Storage {
-            store: store.clone(),
-            local_root,
-            segment_options: SegmentWriteOptions {
-                row_group_rows: options.row_group_rows,
-                page_rows: options.page_rows,
-                page_bytes: options.page_bytes,
-                numeric_dictionary_bytes: options.numeric_dictionary_bytes,
-                cells: options.row_cells,
-                relative_versions: options.relative_versions,
-                newest_rows: !options.older_version_rows,
-                value_zstd: None,
-                value_page_bytes: options.compacted_page_bytes,
-                value_lz4: options.value_compression == crate::options::ValueCompression::Lz4,
-                point_zstd: None,
-            },
-            compaction_zstd: options.compaction_zstd_level,
-            compaction_point_zstd: options.compaction_point_zstd_level,
-            read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),
-            chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
-                options.archive_cache_bytes,
-            )),
-            compaction_reserved: Default::default(),
-            residency: Arc::new(crate::segment::residency::Residency::new(options.mapped_segment_bytes)),
-            page_cache: Arc::new(crate::segment::pages::PageCache::new(options.page_cache_bytes)),
-        };
-        for entry in &catalog.tables {
-            let t = match &entry.archive {
-                None => {
-                    let log = ManifestLog::new(&format!("tables/{}/manifest", entry.id));
-                    let (mv, manifest) = log.load::<TableManifest>(&*store).await?.unwrap_or_default();
-                    max_seq = max_seq.max(manifest.flushed_seq);
-                    let segments = manifest
-                        .segments
-                        .iter()
-                        .map(|m| storage.open_segment(m.clone()))
-                        .collect();
-                    let t = TableInner::new(entry.id, entry.schema.clone(), entry.options, mv, manifest, segments);
-                    Arc::new(t)
-                }
-                Some(record) => {
-                    max_seq = max_seq.max(record.manifest.flushed_seq);
-                    super::archive::open_archived(entry.id, &entry.schema, entry.options, record, &storage, &root)?
-                }
-            };
-            // An archived table takes no replayed write (it refused them).
-            let flushed = match &entry.archive {
-                None => t.manifest.lock().await.1.flushed_seq,
-                Some(_) => u64::MAX,
-            };
-            let t = match Arc::try_unwrap(t) {
-                Ok(mut t) => {
-                    t.series = entry.series.clone();
-                    Arc::new(t)
-                }
-                Err(t) => t,
-            };
-            by_id.insert(entry.id, (t.clone(), flushed));
-            tables.insert(entry.schema.name.clone(), t);
-        }
-        delete_orphans(&*store, &by_id.values().map(|(t, _)| t.clone()).collect::<Vec<_>>()).await?;
+        let storage = storage_for(&root, &options)?;
+        let store = storage.store.clone();
+        let loaded = super::load::load(&root, &storage, false, &[]).await?;
+        let tables: Vec<_> = loaded.tables.values().cloned().collect();
+        delete_orphans(&*store, &tables).await?;
         if let Some(root) = &storage.local_root {
             delete_staged_uploads(root.join("tables")).await?;
         }
-
-        let wal_dir = root.join("wal");
-        let replayed = tokio::task::spawn_blocking({
-            let d = wal_dir.clone();
-            move || wal::replay(&d)
-        })
-        .await
-        .map_err(|e| Error::io("WAL replay task", e))??;
-        if replayed.torn_bytes > 0 {
+        if loaded.torn_bytes > 0 {
             eprintln!(
                 "cellar: dropped a torn {}-byte tail of the WAL (a write cut short by a crash; never acknowledged)",
-                replayed.torn_bytes
+                loaded.torn_bytes
             );
         }
-        for e in replayed.entries {
-            max_seq = max_seq.max(e.seq);
-            if let Some((t, flushed)) = by_id.get(&e.table_id)
-                && e.seq > *flushed
-            {
-                t.state.read().active.insert(e.key, e.seq, e.mutation);
-            }
-        }
+        let max_seq = loaded.max_seq;
         let mut wal = WalWriter::create(
-            &wal_dir,
-            replayed.files,
+            &root.join("wal"),
+            loaded.wal_files,
             options.durability,
             options.wal_file_bytes,
             options.wal_opener.clone(),
         )?;
         // WAL files left by earlier runs whose writes are all flushed.
-        let min_unflushed = by_id
-            .values()
-            .filter_map(|(t, _)| t.min_unflushed_seq())
+        let min_unflushed = tables
+            .iter()
+            .filter_map(|t| t.min_unflushed_seq())
             .min()
             .unwrap_or(u64::MAX);
         wal.delete_obsolete(min_unflushed)?;
+        let (catalog_version, catalog, tables) = (loaded.catalog_version, loaded.catalog, loaded.tables);
 
         let durability = options.durability;
         let compaction_slots = tokio::sync::Semaphore::new(options.max_background_compactions.max(1));
@@ -200,6 +111,7 @@ impl Database {
             background_in_flight: AtomicUsize::new(0),
             compaction_slots,
             lock: Some(lock),
+            read_only: false,
         });
         let (tx, rx) = mpsc::channel(4096);
         let host: Arc<dyn CommitHost> = shared.clone();
@@ -269,23 +181,58 @@ impl Database {
         Ok(Database {
             inner: Arc::new(DbInner {
                 shared,
-                commit_tx: tx,
+                commit_tx: Some(tx),
                 root,
                 store,
-                catalog_log,
-                series: parking_lot::RwLock::new(
-                    catalog
-                        .series
-                        .iter()
-                        .map(|s| (s.schema.name.clone(), Arc::new(s.clone())))
-                        .collect(),
-                ),
+                catalog_log: ManifestLog::new("catalog"),
+                series: parking_lot::RwLock::new(super::read_only::series_map(&catalog)),
                 catalog: tokio::sync::Mutex::new((catalog_version, catalog)),
                 committer: parking_lot::Mutex::new(Some(committer)),
                 next_txn: std::sync::atomic::AtomicU64::new(1),
             }),
         })
     }
+}
+
+/// The storage of the database at `root`: its object store (the local
+/// directory unless `options` name another) and the segment settings.
+pub(super) fn storage_for(root: &Path, options: &DbOptions) -> Result<Storage> {
+    let (store, local_root): (Arc<dyn ObjectStore>, _) = match &options.object_store {
+        Some(store) => (store.clone(), None),
+        None => (
+            Arc::new(
+                LocalFileSystem::new_with_prefix(root)
+                    .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
+            ),
+            Some(root.to_path_buf()),
+        ),
+    };
+    Ok(Storage {
+        store,
+        local_root,
+        segment_options: SegmentWriteOptions {
+            row_group_rows: options.row_group_rows,
+            page_rows: options.page_rows,
+            page_bytes: options.page_bytes,
+            numeric_dictionary_bytes: options.numeric_dictionary_bytes,
+            cells: options.row_cells,
+            relative_versions: options.relative_versions,
+            newest_rows: !options.older_version_rows,
+            value_zstd: None,
+            value_page_bytes: options.compacted_page_bytes,
+            value_lz4: options.value_compression == crate::options::ValueCompression::Lz4,
+            point_zstd: None,
+        },
+        compaction_zstd: options.compaction_zstd_level,
+        compaction_point_zstd: options.compaction_point_zstd_level,
+        read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),
+        chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
+            options.archive_cache_bytes,
+        )),
+        compaction_reserved: Default::default(),
+        residency: Arc::new(crate::segment::residency::Residency::new(options.mapped_segment_bytes)),
+        page_cache: Arc::new(crate::segment::pages::PageCache::new(options.page_cache_bytes)),
+    })
 }
 
 /// Deletes objects under `tables/` that no manifest references: segments

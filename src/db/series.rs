@@ -295,6 +295,7 @@ impl Database {
     /// this schema and these options; SQL `SELECT ... FROM NAME` reads every
     /// month.
     pub async fn create_series(&self, schema: TableSchema, options: TableOptions, series: SeriesOptions) -> Result<()> {
+        self.inner.writable("CREATE TABLE (a series)")?;
         schema.validate()?;
         options.validate()?;
         let def = SeriesDef {
@@ -409,6 +410,7 @@ impl Database {
     /// months' options follow one by one (a crash between leaves some
     /// months with the old options: the same call finishes it).
     pub async fn alter_series(&self, name: &str, update: OptionsUpdate, change: SeriesUpdate) -> Result<()> {
+        self.inner.writable("ALTER TABLE (a series)")?;
         {
             let mut cat = self.inner.catalog.lock().await;
             let mut def = (*self.series_def(name)?).clone();
@@ -445,6 +447,7 @@ impl Database {
     /// a time, oldest first, then the series: a crash part-way leaves the
     /// series with fewer months, and the same call finishes it.
     pub async fn drop_series_cascade(&self, name: &str, archive: super::ArchiveOnDrop) -> Result<()> {
+        self.inner.writable("DROP TABLE .. CASCADE")?;
         self.series_def(name)?;
         let months = self.months_of(name);
         if archive == super::ArchiveOnDrop::Refuse {

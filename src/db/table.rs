@@ -257,6 +257,7 @@ impl Table {
     /// Freezes the memtable and waits until it is a segment.
     pub async fn flush(&self) -> Result<()> {
         self.check_live()?;
+        self.db.writable("a flush")?;
         if self.inner.is_archived() {
             return Ok(());
         }

@@ -67,6 +67,7 @@ impl std::fmt::Debug for Transaction {
 impl Transaction {
     /// Locks `partition_key` of `table` for a new transaction.
     pub(super) async fn start(db: Arc<DbInner>, table: Arc<TableInner>, partition_key: PkValue) -> Result<Self> {
+        db.writable("a transaction")?;
         if table.read_only.load(Ordering::Acquire) {
             return Err(table.read_only_error());
         }
@@ -89,7 +90,7 @@ impl Transaction {
         let id = db.next_txn.fetch_add(1, Ordering::Relaxed);
         let last_used = Arc::new(AtomicI64::new(db.now_ms()));
         let (done, rx) = oneshot::channel();
-        db.commit_tx
+        db.sender("a transaction")?
             .send(CommitMsg::Lock {
                 table: table.clone(),
                 partition: partition.clone(),
@@ -224,7 +225,7 @@ impl Transaction {
         let writes = std::mem::take(&mut st.pending);
         let (done, rx) = oneshot::channel();
         self.db
-            .commit_tx
+            .sender("a transaction")?
             .send(CommitMsg::Commit {
                 table: self.table.clone(),
                 partition: self.partition.clone(),
@@ -246,7 +247,7 @@ impl Transaction {
         }
         st.ended = true;
         self.db
-            .commit_tx
+            .sender("a transaction")?
             .send(CommitMsg::Unlock {
                 table: self.table.clone(),
                 partition: self.partition.clone(),
@@ -261,8 +262,10 @@ impl Drop for Transaction {
     /// A transaction dropped without commit or abort is aborted (or, if
     /// the committer's queue is full, expires after 60 s).
     fn drop(&mut self) {
-        if !self.state.get_mut().ended {
-            let _ = self.db.commit_tx.try_send(CommitMsg::Unlock {
+        if !self.state.get_mut().ended
+            && let Some(tx) = &self.db.commit_tx
+        {
+            let _ = tx.try_send(CommitMsg::Unlock {
                 table: self.table.clone(),
                 partition: self.partition.clone(),
                 txn: self.id,

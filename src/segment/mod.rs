@@ -173,6 +173,10 @@ pub(crate) struct Segment {
     page_cache: Option<(Arc<pages::PageCache>, u64)>,
     /// The local file opened for `pread` by point and range reads.
     pread: std::sync::OnceLock<Arc<pages::PreadFile>>,
+    /// The local file, held open from [`Segment::pin`] on: every later
+    /// open uses it, so the segment stays readable after its file is
+    /// deleted (by a writer beside a read-only database).
+    pinned: std::sync::OnceLock<std::fs::File>,
     /// Set when no manifest references the file any more: it is deleted
     /// when the last reader holding this segment drops it.
     obsolete: AtomicBool,
@@ -236,6 +240,7 @@ impl Segment {
             residency: None,
             page_cache: None,
             pread: std::sync::OnceLock::new(),
+            pinned: std::sync::OnceLock::new(),
             obsolete: AtomicBool::new(false),
         }
     }
@@ -278,12 +283,33 @@ impl Segment {
         if let Some(f) = self.pread.get() {
             return Ok(f.clone());
         }
-        let f = Arc::new(pages::PreadFile::open(
-            local,
-            self.checks.get().cloned(),
-            &self.meta.path,
-        )?);
+        let err = |e| crate::error::Error::io(format!("open segment {}", local.display()), e);
+        let file = self.open_local(local).map_err(err)?;
+        let f = Arc::new(pages::PreadFile::new(file, self.checks.get().cloned(), &self.meta.path).map_err(err)?);
         Ok(self.pread.get_or_init(|| f).clone())
+    }
+
+    /// Opens the local file now and holds it open, so that the segment
+    /// can be read after the file is deleted: a read-only database pins
+    /// the segments of the state it loaded, which its writer's compactions
+    /// may delete. A file already gone fails with `NotFound`. Nothing to
+    /// do for a segment in a remote store.
+    pub(crate) fn pin(&self) -> std::io::Result<()> {
+        if let Some(path) = &self.local_path
+            && self.pinned.get().is_none()
+        {
+            let _ = self.pinned.set(std::fs::File::open(path)?);
+        }
+        Ok(())
+    }
+
+    /// The local file `path` (this segment's): a handle of the pinned file
+    /// when there is one, else the file opened by its name.
+    fn open_local(&self, path: &std::path::Path) -> std::io::Result<std::fs::File> {
+        match self.pinned.get() {
+            Some(f) => f.try_clone(),
+            None => std::fs::File::open(path),
+        }
     }
 
     /// The file's attribute columns in schema order (`md`: its footer).
@@ -324,7 +350,7 @@ impl Segment {
             return Ok(Some(m.clone()));
         }
         let err = |e| crate::error::Error::io(format!("map segment {}", path.display()), e);
-        let file = std::fs::File::open(path).map_err(err)?;
+        let file = self.open_local(path).map_err(err)?;
         // SAFETY: segment files are immutable once their manifest names them:
         // nothing writes to or truncates them afterwards (they are only
         // deleted, which leaves an existing mapping intact on Unix).

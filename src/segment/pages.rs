@@ -152,11 +152,10 @@ pub(crate) struct PreadFile {
 }
 
 impl PreadFile {
+    /// The open segment `file` (`path`: its name in the manifest);
     /// `checks`: the file's block checksums (`None`: reads are not checked).
-    pub fn open(local: &std::path::Path, checks: Option<Arc<BlockChecks>>, path: &str) -> Result<Self> {
-        let err = |e| Error::io(format!("open segment {}", local.display()), e);
-        let file = std::fs::File::open(local).map_err(err)?;
-        let len = file.metadata().map_err(err)?.len();
+    pub fn new(file: std::fs::File, checks: Option<Arc<BlockChecks>>, path: &str) -> std::io::Result<Self> {
+        let len = file.metadata()?.len();
         Ok(PreadFile {
             file,
             len,
@@ -611,7 +610,7 @@ mod tests {
                 ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
             w.write(&batch).unwrap();
             w.close().unwrap();
-            let file = Arc::new(PreadFile::open(&path, None, "p.parquet").unwrap());
+            let file = Arc::new(PreadFile::new(std::fs::File::open(&path).unwrap(), None, "p.parquet").unwrap());
             let md = ParquetMetaDataReader::new()
                 .with_page_index_policy(PageIndexPolicy::Required)
                 .parse_and_finish(&*file)

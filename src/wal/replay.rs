@@ -10,6 +10,7 @@ use super::{HEADER_LEN, MAGIC, MAGIC_PREALLOCATED, OLD_HEADER_LEN, WalEntry, dec
 use crate::error::{Error, Result};
 
 /// What recovery found.
+#[derive(Default)]
 pub(crate) struct Replayed {
     /// Entries in log order.
     pub entries: Vec<WalEntry>,
@@ -54,6 +55,34 @@ pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
     Ok(out)
 }
 
+/// Reads every WAL file in `dir` in order beside a process that may be
+/// writing it (a read-only open), changing nothing: a file deleted after
+/// the listing is skipped (its writes were flushed first, and the caller
+/// reads the manifests after the log), and the newest file ends at its
+/// first record that is not whole (the writer may be appending it, and a
+/// plain read is not atomic against that append). `torn_bytes` is 0.
+pub(crate) fn replay_live(dir: &Path) -> Result<Replayed> {
+    let numbers = file_numbers(dir)?;
+    let mut out = Replayed {
+        entries: Vec::new(),
+        files: Vec::new(),
+        torn_bytes: 0,
+    };
+    for (i, &number) in numbers.iter().enumerate() {
+        let is_last = i + 1 == numbers.len();
+        let path = dir.join(file_name(number));
+        let data = match std::fs::read(&path) {
+            Ok(data) => data,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(format!("read WAL file {}", path.display()), e)),
+        };
+        let read = read_records(&path, &data, is_last, is_last)?;
+        out.entries.extend(read.entries);
+        out.files.push((number, read.max_seq));
+    }
+    Ok(out)
+}
+
 /// One WAL file's records.
 pub(crate) struct FileRead {
     pub entries: Vec<WalEntry>,
@@ -65,6 +94,12 @@ pub(crate) struct FileRead {
 /// Reads the records of one WAL file (`data`, read from `path`); a torn
 /// tail is accepted only when `is_last`. Changes nothing on disk.
 pub(crate) fn read_file(path: &Path, data: &[u8], is_last: bool) -> Result<FileRead> {
+    read_records(path, data, is_last, false)
+}
+
+/// [`read_file`]; `live`: the file may be being appended, so it ends at
+/// the first record that is not whole, whatever follows it.
+fn read_records(path: &Path, data: &[u8], is_last: bool, live: bool) -> Result<FileRead> {
     let mut out = FileRead {
         entries: Vec::new(),
         max_seq: 0,
@@ -98,6 +133,10 @@ pub(crate) fn read_file(path: &Path, data: &[u8], is_last: bool) -> Result<FileR
                 pos += len;
             }
             Err(RecordError::Torn) if is_last => {
+                out.torn_at = Some(pos);
+                break;
+            }
+            Err(_) if live => {
                 out.torn_at = Some(pos);
                 break;
             }

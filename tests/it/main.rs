@@ -31,6 +31,7 @@ mod overlay_frozen;
 mod power_loss;
 mod pruning;
 mod read_diff;
+mod read_only;
 mod readme;
 mod recovery;
 mod s3_server;

@@ -36,9 +36,15 @@ impl Shell {
 
     /// The REPL on a pseudo-terminal, at its first prompt.
     fn start(&self) -> PtySession {
+        self.start_with(&[])
+    }
+
+    /// The REPL with `flags` before `sql`, at its first prompt.
+    fn start_with(&self, flags: &[&str]) -> PtySession {
         let mut c = Command::new(env!("CARGO_BIN_EXE_cellar"));
         c.arg("--data")
             .arg(self.dir.path())
+            .args(flags)
             .arg("sql")
             .env("HOME", self.home.path())
             .env("TERM", "xterm");
@@ -294,5 +300,39 @@ fn write_shows_progress_on_a_terminal_and_a_summary() {
     .unwrap();
     p.exp_string(" rows written (").unwrap();
     p.exp_string("cellar import: 300000 rows into t").unwrap();
+    p.exp_eof().unwrap();
+}
+
+/// `cellar --read-only sql` beside a writer: each statement sees what the
+/// writer committed before it began (across a flush and a compaction),
+/// changes are refused, and the writer opened after the shell was not
+/// kept out.
+#[test]
+fn a_read_only_shell_sees_the_writer_statement_by_statement() {
+    let s = Shell::new();
+    s.sql("CREATE TABLE t (k BIGINT, v BIGINT, PRIMARY KEY (k)); INSERT INTO t VALUES (1, 1), (2, 2), (3, 3)");
+    let mut p = s.start_with(&["--read-only"]);
+    assert!(run(&mut p, "SELECT count(*) AS n, sum(v) AS s FROM t;").contains("| 3 | 6 |"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let db = rt.block_on(cellar::Database::open(s.dir.path())).unwrap();
+    let sess = cellar::sql::SqlSession::new(db.clone());
+    rt.block_on(sess.query("INSERT INTO t VALUES (4, 4), (5, 5)")).unwrap();
+    assert!(run(&mut p, "SELECT count(*) AS n, sum(v) AS s FROM t;").contains("| 5 | 15 |"));
+    rt.block_on(async {
+        let t = db.table("t").unwrap();
+        t.flush().await.unwrap();
+        sess.query("UPDATE t SET v = 10 WHERE k = 1").await.unwrap();
+        sess.query("DELETE FROM t WHERE k = 2").await.unwrap();
+        t.compact().await.unwrap();
+    });
+    assert!(run(&mut p, "SELECT count(*) AS n, sum(v) AS s FROM t;").contains("| 4 | 22 |"));
+    let refused = run(&mut p, "INSERT INTO t VALUES (9, 9);");
+    assert!(refused.contains("read-only"), "{refused}");
+    rt.block_on(sess.query("CREATE TABLE u (k BIGINT, PRIMARY KEY (k))"))
+        .unwrap();
+    assert!(run(&mut p, "\\dt").contains("u"));
+    drop(sess);
+    rt.block_on(db.close()).unwrap();
+    p.send_line("\\q").unwrap();
     p.exp_eof().unwrap();
 }

@@ -250,6 +250,9 @@ impl Shell {
             *self.bar.lock() = Some((p, Instant::now()));
         }
         let max_rows = if self.interactive { self.max_rows } else { None };
+        // Read-only: each statement sees what the writer committed before
+        // it began.
+        self.sess.database().refresh().await?;
         let result = async {
             let out = self.sess.execute(stmt).await.map_err(sql_err)?;
             match &mut self.sink {

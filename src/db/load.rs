@@ -1,0 +1,179 @@
+//! Loading what a data directory holds: the WAL, the catalog, each
+//! table's manifest, and the WAL's unflushed writes put back into each
+//! table's memtable. The writable open ([`open`](super::open)) and the
+//! read-only one ([`read_only`](super::read_only)) share it.
+//!
+//! Invariants: the WAL is read before the catalog and the manifests.
+//! Beside a live writer (`live`) that order is what makes the result
+//! whole: a WAL file the writer deletes after the listing held only
+//! writes that a manifest committed before the deletion names, and the
+//! manifests are read after; a flush after the WAL was read only moves
+//! writes into segments a manifest read later names. A write is put back
+//! into a table only when its sequence is above the table's
+//! `flushed_seq`, and never into an archived table. Live loading changes
+//! nothing in the directory, holds every local segment it names open (so
+//! the loaded state stays readable whatever the writer deletes), and
+//! loads again when the catalog changed while the tables were being
+//! loaded (a table dropped or archived meanwhile would otherwise read as
+//! empty) or a segment was gone before it was held.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::catalog::CatalogFile;
+use crate::error::{Error, Result};
+use crate::manifest::{ManifestLog, TableManifest};
+use crate::segment::Segment;
+use crate::state::TableInner;
+use crate::storage::Storage;
+use crate::wal;
+
+/// A directory's contents as loaded.
+pub(super) struct Loaded {
+    pub catalog_version: u64,
+    pub catalog: CatalogFile,
+    /// Tables by name, memtables holding their unflushed writes.
+    pub tables: BTreeMap<String, Arc<TableInner>>,
+    /// The highest write sequence seen (manifests and WAL).
+    pub max_seq: u64,
+    /// WAL files read: (number, largest sequence in them).
+    pub wal_files: Vec<(u64, u64)>,
+    /// Bytes of a torn WAL tail that were cut off (never when `live`).
+    pub torn_bytes: u64,
+}
+
+/// How many times a live load starts over when the catalog keeps
+/// changing under it.
+const LIVE_ATTEMPTS: usize = 20;
+
+/// Loads the directory at `root`. `live`: another process may be writing
+/// it, so nothing is changed (a torn WAL tail is left alone, leftovers of
+/// interrupted commits too), every local segment is pinned (held open, so
+/// that the writer's compactions cannot take it away; a segment already
+/// gone means a newer manifest, and the load starts over), and the result
+/// is checked against a catalog that changed meanwhile. `previous`: the
+/// tables of an earlier load, whose segments are taken over where the new
+/// manifests name them unchanged (with their footers and caches).
+pub(super) async fn load(root: &Path, storage: &Storage, live: bool, previous: &[Arc<TableInner>]) -> Result<Loaded> {
+    let catalog_log = ManifestLog::new("catalog");
+    let reuse: HashMap<String, Arc<Segment>> = previous
+        .iter()
+        .flat_map(|t| t.state.read().segments.iter().cloned().collect::<Vec<_>>())
+        .map(|s| (s.meta.path.clone(), s))
+        .collect();
+    let mut attempt = 0;
+    loop {
+        let loaded = load_once(root, storage, live, &catalog_log, &reuse).await?;
+        if let Some(loaded) = loaded
+            && (!live || catalog_log.newest_version(&*storage.store).await? == loaded.catalog_version)
+        {
+            return Ok(loaded);
+        }
+        attempt += 1;
+        if attempt >= LIVE_ATTEMPTS {
+            return Err(Error::new(
+                crate::error::ErrorKind::Io,
+                format!(
+                    "the catalog or manifests of {} changed {LIVE_ATTEMPTS} times while they were being read (its \
+                     writer is busy flushing, compacting, creating or dropping tables); try again",
+                    root.display()
+                ),
+            ));
+        }
+    }
+}
+
+/// One load; `None` (live only): a segment a manifest names was gone
+/// when it was pinned, so that manifest is outdated.
+async fn load_once(
+    root: &Path,
+    storage: &Storage,
+    live: bool,
+    catalog_log: &ManifestLog,
+    reuse: &HashMap<String, Arc<Segment>>,
+) -> Result<Option<Loaded>> {
+    let wal_dir = root.join("wal");
+    let replayed = tokio::task::spawn_blocking(move || {
+        if !live {
+            wal::replay(&wal_dir)
+        } else if wal_dir.is_dir() {
+            wal::replay_live(&wal_dir)
+        } else {
+            Ok(wal::Replayed::default())
+        }
+    })
+    .await
+    .map_err(|e| Error::io("WAL replay task", e))??;
+    let store = &*storage.store;
+    let (catalog_version, catalog) = match live {
+        false => catalog_log.load::<CatalogFile>(store).await?,
+        true => catalog_log.load_live::<CatalogFile>(store).await?,
+    }
+    .unwrap_or_default();
+
+    let mut tables = BTreeMap::new();
+    // table id -> (table, flushed_seq)
+    let mut by_id = BTreeMap::new();
+    let mut max_seq = 0;
+    for entry in &catalog.tables {
+        let mut t = match &entry.archive {
+            None => {
+                let log = ManifestLog::new(&format!("tables/{}/manifest", entry.id));
+                let (mv, manifest) = match live {
+                    false => log.load::<TableManifest>(store).await?,
+                    true => log.load_live::<TableManifest>(store).await?,
+                }
+                .unwrap_or_default();
+                let mut segments = Vec::with_capacity(manifest.segments.len());
+                for m in &manifest.segments {
+                    let seg = match reuse.get(&m.path) {
+                        Some(s) if s.meta == *m => s.clone(),
+                        _ => storage.open_segment(m.clone()),
+                    };
+                    if live {
+                        match seg.pin() {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                            Err(e) => return Err(Error::io(format!("open segment {}", m.path), e)),
+                        }
+                    }
+                    segments.push(seg);
+                }
+                TableInner::new(entry.id, entry.schema.clone(), entry.options, mv, manifest, segments)
+            }
+            Some(record) => {
+                super::archive::open_archived(entry.id, &entry.schema, entry.options, record, storage, root, live)?
+            }
+        };
+        // An archived table takes no replayed write (it refused them).
+        let (flushed, seen) = match &entry.archive {
+            None => {
+                let f = t.manifest.get_mut().1.flushed_seq;
+                (f, f)
+            }
+            Some(record) => (u64::MAX, record.manifest.flushed_seq),
+        };
+        max_seq = max_seq.max(seen);
+        t.series = entry.series.clone();
+        let t = Arc::new(t);
+        by_id.insert(entry.id, (t.clone(), flushed));
+        tables.insert(entry.schema.name.clone(), t);
+    }
+    for e in replayed.entries {
+        max_seq = max_seq.max(e.seq);
+        if let Some((t, flushed)) = by_id.get(&e.table_id)
+            && e.seq > *flushed
+        {
+            t.state.read().active.insert(e.key, e.seq, e.mutation);
+        }
+    }
+    Ok(Some(Loaded {
+        catalog_version,
+        catalog,
+        tables,
+        max_seq,
+        wal_files: replayed.files,
+        torn_bytes: replayed.torn_bytes,
+    }))
+}
