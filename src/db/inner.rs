@@ -44,6 +44,9 @@ pub(crate) struct DbInner {
     pub(super) series: parking_lot::RwLock<std::collections::BTreeMap<String, Arc<super::series::SeriesDef>>>,
     /// The id of the next local transaction.
     pub(super) next_txn: std::sync::atomic::AtomicU64,
+    /// Read-only: where the WAL was read up to (`None`: load anew); its
+    /// lock serialises refreshes.
+    pub(super) wal_cursor: tokio::sync::Mutex<Option<crate::wal::WalCursor>>,
 }
 
 impl Drop for DbInner {

@@ -41,6 +41,8 @@ pub(super) struct Loaded {
     pub wal_files: Vec<(u64, u64)>,
     /// Bytes of a torn WAL tail that were cut off (never when `live`).
     pub torn_bytes: u64,
+    /// Live: where the WAL was read up to (see [`read_tail`]).
+    pub wal_cursor: Option<wal::WalCursor>,
 }
 
 /// How many times a live load starts over when the catalog keeps
@@ -94,13 +96,13 @@ async fn load_once(
     reuse: &HashMap<String, Arc<Segment>>,
 ) -> Result<Option<Loaded>> {
     let wal_dir = root.join("wal");
-    let replayed = tokio::task::spawn_blocking(move || {
+    let (replayed, wal_cursor) = tokio::task::spawn_blocking(move || {
         if !live {
-            wal::replay(&wal_dir)
+            wal::replay(&wal_dir).map(|r| (r, None))
         } else if wal_dir.is_dir() {
-            wal::replay_live(&wal_dir)
+            Ok(wal::replay_live(&wal_dir, None)?.unwrap_or_default())
         } else {
-            Ok(wal::Replayed::default())
+            Ok(Default::default())
         }
     })
     .await
@@ -175,5 +177,43 @@ async fn load_once(
         max_seq,
         wal_files: replayed.files,
         torn_bytes: replayed.torn_bytes,
+        wal_cursor,
     }))
+}
+
+/// Brings loaded `tables` up to date with the WAL records written after
+/// `cursor`, when that is all that changed: the caller has checked (after
+/// this read) that no catalog or manifest version is newer than the ones
+/// loaded, so no WAL file was deleted before the read and every table's
+/// `flushed_seq` is the loaded one. Returns the records' highest sequence
+/// and the new cursor; `None` when the cursor's file is gone (a flush
+/// happened: load anew).
+pub(super) async fn read_tail(
+    root: &Path,
+    cursor: wal::WalCursor,
+) -> Result<Option<(wal::Replayed, Option<wal::WalCursor>)>> {
+    let wal_dir = root.join("wal");
+    tokio::task::spawn_blocking(move || wal::replay_live(&wal_dir, Some(cursor)))
+        .await
+        .map_err(|e| Error::io("WAL read task", e))?
+}
+
+/// Puts WAL `entries` (read by [`read_tail`]) into the memtables of the
+/// local `tables` whose `flushed_seq` is below them; returns the highest
+/// sequence among them.
+pub(super) async fn apply_tail(tables: &[Arc<TableInner>], entries: Vec<wal::WalEntry>) -> u64 {
+    let mut by_id = HashMap::new();
+    for t in tables.iter().filter(|t| !t.is_archived()) {
+        by_id.insert(t.id, (t, t.manifest.lock().await.1.flushed_seq));
+    }
+    let mut max_seq = 0;
+    for e in entries {
+        max_seq = max_seq.max(e.seq);
+        if let Some((t, flushed)) = by_id.get(&e.table_id)
+            && e.seq > *flushed
+        {
+            t.state.read().active.insert(e.key, e.seq, e.mutation);
+        }
+    }
+    max_seq
 }

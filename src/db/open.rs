@@ -189,6 +189,7 @@ impl Database {
                 catalog: tokio::sync::Mutex::new((catalog_version, catalog)),
                 committer: parking_lot::Mutex::new(Some(committer)),
                 next_txn: std::sync::atomic::AtomicU64::new(1),
+                wal_cursor: tokio::sync::Mutex::new(None),
             }),
         })
     }

@@ -4,7 +4,9 @@
 //! A read-only database loads the directory as it is (the manifests plus
 //! the WAL's whole records, see [`load`](super::load)) and shows that
 //! state until [`Database::refresh`] loads it again; the CLI refreshes
-//! before each statement. Table handles taken before a refresh keep
+//! before each statement. A refresh reads only the WAL records past where
+//! the last one stopped when no catalog or manifest version changed (the
+//! writer only wrote), and loads everything again otherwise. Table handles taken before a refresh keep
 //! reading the state they were taken from.
 //!
 //! Invariants: it takes no lock and creates, changes or deletes no file:
@@ -78,6 +80,7 @@ impl Database {
             read_only: true,
         });
         let series = series_map(&loaded.catalog);
+        let catalog = (loaded.catalog_version, loaded.catalog);
         Ok(Database {
             inner: Arc::new(DbInner {
                 shared,
@@ -86,9 +89,10 @@ impl Database {
                 store,
                 catalog_log: ManifestLog::new("catalog"),
                 series: parking_lot::RwLock::new(series),
-                catalog: tokio::sync::Mutex::new((loaded.catalog_version, loaded.catalog)),
+                catalog: tokio::sync::Mutex::new(catalog),
                 committer: parking_lot::Mutex::new(None),
                 next_txn: std::sync::atomic::AtomicU64::new(1),
+                wal_cursor: tokio::sync::Mutex::new(loaded.wal_cursor),
             }),
         })
     }
@@ -107,8 +111,24 @@ impl Database {
         if !self.is_read_only() {
             return Ok(());
         }
-        let mut catalog = self.inner.catalog.lock().await;
+        let mut cursor = self.inner.wal_cursor.lock().await;
         let shared = &self.inner.shared;
+        // Only new WAL records since the last load (the common case: the
+        // writer wrote, and neither flushed, compacted nor ran DDL): they
+        // go into the loaded memtables, as the writer's committer puts
+        // them into its own. The WAL is read before the versions are
+        // checked (see `load::read_tail`).
+        if let Some(at) = *cursor
+            && let Some((tail, next)) = super::load::read_tail(&self.inner.root, at).await?
+            && !self.is_stale().await?
+        {
+            let tables: Vec<_> = shared.tables.read().values().cloned().collect();
+            let max_seq = super::load::apply_tail(&tables, tail.entries).await;
+            shared.visible_seq.fetch_max(max_seq, Ordering::AcqRel);
+            *cursor = next.or(*cursor);
+            return Ok(());
+        }
+        let mut catalog = self.inner.catalog.lock().await;
         let previous: Vec<_> = shared.tables.read().values().cloned().collect();
         let loaded = super::load::load(&self.inner.root, &shared.storage, true, &previous).await?;
         // The new memtables hold nothing above `max_seq`; what was visible
@@ -117,6 +137,7 @@ impl Database {
         *shared.tables.write() = loaded.tables;
         *self.inner.series.write() = series_map(&loaded.catalog);
         *catalog = (loaded.catalog_version, loaded.catalog);
+        *cursor = loaded.wal_cursor;
         Ok(())
     }
 

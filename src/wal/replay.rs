@@ -55,32 +55,55 @@ pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
     Ok(out)
 }
 
-/// Reads every WAL file in `dir` in order beside a process that may be
-/// writing it (a read-only open), changing nothing: a file deleted after
+/// Where a live reader of the WAL stopped: a file, and the offset just
+/// past its last whole record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WalCursor {
+    pub file: u64,
+    pub offset: usize,
+}
+
+/// Reads the WAL files in `dir` in order beside a process that may be
+/// writing them (a read-only open), changing nothing: from the start, or
+/// from `from` (where an earlier call stopped) on. A file deleted after
 /// the listing is skipped (its writes were flushed first, and the caller
 /// reads the manifests after the log), and the newest file ends at its
 /// first record that is not whole (the writer may be appending it, and a
 /// plain read is not atomic against that append). `torn_bytes` is 0.
-pub(crate) fn replay_live(dir: &Path) -> Result<Replayed> {
+/// Returns where it stopped, or `None` when `from`'s file is gone (its
+/// writes were flushed: the caller loads the directory anew).
+pub(crate) fn replay_live(dir: &Path, from: Option<WalCursor>) -> Result<Option<(Replayed, Option<WalCursor>)>> {
     let numbers = file_numbers(dir)?;
-    let mut out = Replayed {
-        entries: Vec::new(),
-        files: Vec::new(),
-        torn_bytes: 0,
-    };
+    if let Some(c) = from
+        && !numbers.contains(&c.file)
+    {
+        return Ok(None);
+    }
+    let mut out = Replayed::default();
+    let mut cursor = from;
     for (i, &number) in numbers.iter().enumerate() {
+        let start = match from {
+            Some(c) if number < c.file => continue,
+            Some(c) if number == c.file => c.offset,
+            _ => 0,
+        };
         let is_last = i + 1 == numbers.len();
         let path = dir.join(file_name(number));
         let data = match std::fs::read(&path) {
             Ok(data) => data,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && start == 0 => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io(format!("read WAL file {}", path.display()), e)),
         };
-        let read = read_records(&path, &data, is_last, is_last)?;
+        let read = read_records(&path, &data, start, is_last, is_last)?;
+        cursor = Some(WalCursor {
+            file: number,
+            offset: read.end,
+        });
         out.entries.extend(read.entries);
         out.files.push((number, read.max_seq));
     }
-    Ok(out)
+    Ok(Some((out, cursor)))
 }
 
 /// One WAL file's records.
@@ -89,21 +112,25 @@ pub(crate) struct FileRead {
     pub max_seq: u64,
     /// Where a torn tail starts (only in the newest file).
     pub torn_at: Option<usize>,
+    /// Just past the last whole record.
+    pub end: usize,
 }
 
 /// Reads the records of one WAL file (`data`, read from `path`); a torn
 /// tail is accepted only when `is_last`. Changes nothing on disk.
 pub(crate) fn read_file(path: &Path, data: &[u8], is_last: bool) -> Result<FileRead> {
-    read_records(path, data, is_last, false)
+    read_records(path, data, 0, is_last, false)
 }
 
-/// [`read_file`]; `live`: the file may be being appended, so it ends at
-/// the first record that is not whole, whatever follows it.
-fn read_records(path: &Path, data: &[u8], is_last: bool, live: bool) -> Result<FileRead> {
+/// [`read_file`] from offset `from` (0, or the end of a record read
+/// before); `live`: the file may be being appended, so it ends at the
+/// first record that is not whole, whatever follows it.
+fn read_records(path: &Path, data: &[u8], from: usize, is_last: bool, live: bool) -> Result<FileRead> {
     let mut out = FileRead {
         entries: Vec::new(),
         max_seq: 0,
         torn_at: None,
+        end: 0,
     };
     let (mut pos, format) = match file_format(data) {
         // A crash right after the file was created: part of the magic,
@@ -122,6 +149,7 @@ fn read_records(path: &Path, data: &[u8], is_last: bool, live: bool) -> Result<F
             )));
         }
     };
+    pos = pos.max(from);
     while pos < data.len() {
         match parse_record(&data[pos..], format) {
             Ok((payload, len)) => {
@@ -166,6 +194,7 @@ fn read_records(path: &Path, data: &[u8], is_last: bool, live: bool) -> Result<F
             }
         }
     }
+    out.end = pos;
     Ok(out)
 }
 
@@ -306,7 +335,7 @@ fn parse_record(data: &[u8], format: RecordFormat) -> Result<(&[u8], usize), Rec
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Durability, WalWriter, encode_entry};
+    use super::super::{Durability, WalWriter, encode_entry, record_header};
     use super::*;
     use crate::model::row::Mutation;
 
@@ -538,5 +567,78 @@ mod tests {
         std::fs::write(dir.path().join(file_name(1)), &file).unwrap();
         let r = replay(dir.path()).unwrap();
         assert_eq!(r.entries.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+    }
+
+    /// A live reader picks up where it stopped: only records appended
+    /// since, a record cut short at the tail once it is whole, records in
+    /// files created since; and its cursor's file gone says "load anew".
+    #[test]
+    fn a_live_reader_reads_on_from_its_cursor() {
+        for durability in [Durability::Sync, Durability::IntervalMs(1000)] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = writer(dir.path(), durability, 1 << 20);
+            let record = |seq: u64| {
+                let mut p = Vec::new();
+                encode_entry(&mut p, seq, 7, b"k", &Mutation::Delete);
+                p
+            };
+            let seqs = |r: &Replayed| r.entries.iter().map(|e| e.seq).collect::<Vec<_>>();
+            for seq in 1..=3 {
+                w.append(&record(seq), seq).unwrap();
+            }
+            w.sync().unwrap();
+            let (r, at) = replay_live(dir.path(), None).unwrap().unwrap();
+            assert_eq!(seqs(&r), [1, 2, 3]);
+            let at = at.unwrap();
+            // Nothing new: nothing read, the cursor stays.
+            let (r, same) = replay_live(dir.path(), Some(at)).unwrap().unwrap();
+            assert!(r.entries.is_empty());
+            assert_eq!(same, Some(at));
+            w.append(&record(4), 4).unwrap();
+            w.sync().unwrap();
+            // A record being appended: half of it is visible.
+            let path = dir.path().join(file_name(1));
+            let whole = std::fs::read(&path).unwrap();
+            let (r, at) = replay_live(dir.path(), Some(at)).unwrap().unwrap();
+            assert_eq!(seqs(&r), [4]);
+            let at = at.unwrap();
+            let mut half = whole.clone();
+            let next = {
+                let mut h = record_header(&record(5)).unwrap().to_vec();
+                h.extend_from_slice(&record(5));
+                h
+            };
+            half.truncate(at.offset);
+            half.extend_from_slice(&next[..next.len() / 2]);
+            std::fs::write(&path, &half).unwrap();
+            let (r, same) = replay_live(dir.path(), Some(at)).unwrap().unwrap();
+            assert!(r.entries.is_empty());
+            assert_eq!(same, Some(at));
+            assert_eq!(std::fs::read(&path).unwrap(), half, "nothing cut off");
+            let mut full = half[..at.offset].to_vec();
+            full.extend_from_slice(&next);
+            std::fs::write(&path, &full).unwrap();
+            let (r, at) = replay_live(dir.path(), Some(at)).unwrap().unwrap();
+            assert_eq!(seqs(&r), [5]);
+            // A new file.
+            drop(w);
+            let mut w2 = WalWriter::create(
+                dir.path(),
+                vec![(1, 5)],
+                durability,
+                1 << 20,
+                std::sync::Arc::new(super::super::OsWalOpener),
+            )
+            .unwrap();
+            w2.rotate().unwrap();
+            w2.append(&record(6), 6).unwrap();
+            w2.sync().unwrap();
+            let (r, next_at) = replay_live(dir.path(), at).unwrap().unwrap();
+            assert_eq!(seqs(&r), [6]);
+            assert!(next_at.unwrap().file > 1);
+            // The cursor's file deleted (its writes were flushed).
+            std::fs::remove_file(&path).unwrap();
+            assert!(replay_live(dir.path(), at).unwrap().is_none());
+        }
     }
 }
