@@ -1,7 +1,8 @@
 //! Loading what a data directory holds: the WAL, the catalog, each
 //! table's manifest, and the WAL's unflushed writes put back into each
-//! table's memtable. The writable open ([`open`](super::open)) and the
-//! read-only one ([`read_only`](super::read_only)) share it.
+//! table's memtable; and the storage they are read through. The writable
+//! open ([`open`](super::open)) and the read-only one
+//! ([`read_only`](super::read_only)) share it.
 //!
 //! Invariants: the WAL is read before the catalog and the manifests.
 //! Beside a live writer (`live`) that order is what makes the result
@@ -21,10 +22,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+
 use super::catalog::CatalogFile;
 use crate::error::{Error, Result};
 use crate::manifest::{ManifestLog, TableManifest};
-use crate::segment::Segment;
+use crate::options::DbOptions;
+use crate::segment::{ReadChecks, Segment, SegmentWriteOptions};
 use crate::state::TableInner;
 use crate::storage::Storage;
 use crate::wal;
@@ -216,4 +221,54 @@ pub(super) async fn apply_tail(tables: &[Arc<TableInner>], entries: Vec<wal::Wal
         }
     }
     max_seq
+}
+
+/// The storage of the database at `root`: its object store (the local
+/// directory unless `options` name another) and the segment settings.
+pub(super) fn storage_for(root: &Path, options: &DbOptions) -> Result<Storage> {
+    let (store, local_root): (Arc<dyn ObjectStore>, _) = match &options.object_store {
+        Some(store) => (store.clone(), None),
+        None => (
+            Arc::new(
+                LocalFileSystem::new_with_prefix(root)
+                    .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
+            ),
+            Some(root.to_path_buf()),
+        ),
+    };
+    Ok(Storage {
+        store,
+        local_root,
+        segment_options: SegmentWriteOptions {
+            row_group_rows: options.row_group_rows,
+            page_rows: options.page_rows,
+            page_bytes: options.page_bytes,
+            numeric_dictionary_bytes: options.numeric_dictionary_bytes,
+            cells: options.row_cells,
+            relative_versions: options.relative_versions,
+            newest_rows: !options.older_version_rows,
+            value_zstd: None,
+            value_page_bytes: options.compacted_page_bytes,
+            value_lz4: options.value_compression == crate::options::ValueCompression::Lz4,
+            point_zstd: None,
+        },
+        compaction_zstd: options.compaction_zstd_level,
+        compaction_point_zstd: options.compaction_point_zstd_level,
+        read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),
+        chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
+            options.archive_cache_bytes,
+        )),
+        compaction_reserved: Default::default(),
+        residency: Arc::new(crate::segment::residency::Residency::new(options.mapped_segment_bytes)),
+        page_cache: Arc::new(crate::segment::pages::PageCache::new(options.page_cache_bytes)),
+    })
+}
+
+/// Series by name, as the catalog has them.
+pub(super) fn series_map(catalog: &CatalogFile) -> std::collections::BTreeMap<String, Arc<super::series::SeriesDef>> {
+    catalog
+        .series
+        .iter()
+        .map(|s| (s.schema.name.clone(), Arc::new(s.clone())))
+        .collect()
 }

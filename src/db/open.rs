@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use futures::TryStreamExt;
-use object_store::local::LocalFileSystem;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parking_lot::RwLock;
 use tokio::sync::mpsc;
@@ -25,9 +24,7 @@ use super::lock::DirLock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::ManifestLog;
 use crate::options::DbOptions;
-use crate::segment::{ReadChecks, SegmentWriteOptions};
 use crate::state::TableInner;
-use crate::storage::Storage;
 use crate::wal::{self, WalWriter};
 use crate::write::committer::{self, CommitHost, CommitMsg};
 
@@ -64,7 +61,7 @@ impl Database {
         let mut lock = DirLock::acquire(&root).await?;
         let closed = Arc::new(AtomicBool::new(false));
         lock.register(&closed);
-        let storage = storage_for(&root, &options)?;
+        let storage = super::load::storage_for(&root, &options)?;
         let store = storage.store.clone();
         let loaded = super::load::load(&root, &storage, false, &[]).await?;
         let tables: Vec<_> = loaded.tables.values().cloned().collect();
@@ -185,7 +182,7 @@ impl Database {
                 root,
                 store,
                 catalog_log: ManifestLog::new("catalog"),
-                series: parking_lot::RwLock::new(super::read_only::series_map(&catalog)),
+                series: parking_lot::RwLock::new(super::load::series_map(&catalog)),
                 catalog: tokio::sync::Mutex::new((catalog_version, catalog)),
                 committer: parking_lot::Mutex::new(Some(committer)),
                 next_txn: std::sync::atomic::AtomicU64::new(1),
@@ -193,47 +190,6 @@ impl Database {
             }),
         })
     }
-}
-
-/// The storage of the database at `root`: its object store (the local
-/// directory unless `options` name another) and the segment settings.
-pub(super) fn storage_for(root: &Path, options: &DbOptions) -> Result<Storage> {
-    let (store, local_root): (Arc<dyn ObjectStore>, _) = match &options.object_store {
-        Some(store) => (store.clone(), None),
-        None => (
-            Arc::new(
-                LocalFileSystem::new_with_prefix(root)
-                    .map_err(|e| Error::io(format!("open data directory {}", root.display()), e))?,
-            ),
-            Some(root.to_path_buf()),
-        ),
-    };
-    Ok(Storage {
-        store,
-        local_root,
-        segment_options: SegmentWriteOptions {
-            row_group_rows: options.row_group_rows,
-            page_rows: options.page_rows,
-            page_bytes: options.page_bytes,
-            numeric_dictionary_bytes: options.numeric_dictionary_bytes,
-            cells: options.row_cells,
-            relative_versions: options.relative_versions,
-            newest_rows: !options.older_version_rows,
-            value_zstd: None,
-            value_page_bytes: options.compacted_page_bytes,
-            value_lz4: options.value_compression == crate::options::ValueCompression::Lz4,
-            point_zstd: None,
-        },
-        compaction_zstd: options.compaction_zstd_level,
-        compaction_point_zstd: options.compaction_point_zstd_level,
-        read_checks: ReadChecks::new(options.verify_checksums, options.legacy_segments),
-        chunk_cache: Arc::new(crate::segment::chunk_cache::ChunkCache::new(
-            options.archive_cache_bytes,
-        )),
-        compaction_reserved: Default::default(),
-        residency: Arc::new(crate::segment::residency::Residency::new(options.mapped_segment_bytes)),
-        page_cache: Arc::new(crate::segment::pages::PageCache::new(options.page_cache_bytes)),
-    })
 }
 
 /// Deletes objects under `tables/` that no manifest references: segments

@@ -59,7 +59,7 @@ impl Database {
                 root.display()
             )));
         }
-        let storage = super::open::storage_for(&root, &options)?;
+        let storage = super::load::storage_for(&root, &options)?;
         let store = storage.store.clone();
         let loaded = super::load::load(&root, &storage, true, &[]).await?;
         let compaction_slots = tokio::sync::Semaphore::new(1);
@@ -79,7 +79,7 @@ impl Database {
             lock: None,
             read_only: true,
         });
-        let series = series_map(&loaded.catalog);
+        let series = super::load::series_map(&loaded.catalog);
         let catalog = (loaded.catalog_version, loaded.catalog);
         Ok(Database {
             inner: Arc::new(DbInner {
@@ -135,7 +135,7 @@ impl Database {
         // stays visible.
         shared.visible_seq.fetch_max(loaded.max_seq, Ordering::AcqRel);
         *shared.tables.write() = loaded.tables;
-        *self.inner.series.write() = series_map(&loaded.catalog);
+        *self.inner.series.write() = super::load::series_map(&loaded.catalog);
         *catalog = (loaded.catalog_version, loaded.catalog);
         *cursor = loaded.wal_cursor;
         Ok(())
@@ -165,15 +165,4 @@ impl Database {
         }
         Ok(false)
     }
-}
-
-/// Series by name, as the catalog has them.
-pub(super) fn series_map(
-    catalog: &super::catalog::CatalogFile,
-) -> std::collections::BTreeMap<String, Arc<super::series::SeriesDef>> {
-    catalog
-        .series
-        .iter()
-        .map(|s| (s.schema.name.clone(), Arc::new(s.clone())))
-        .collect()
 }
