@@ -42,6 +42,8 @@ pub(super) struct Loaded {
     pub tables: BTreeMap<String, Arc<TableInner>>,
     /// The highest write sequence seen (manifests and WAL).
     pub max_seq: u64,
+    /// The newest commit time in the WAL, in microseconds (0: none).
+    pub last_commit_us: u64,
     /// WAL files read: (number, largest sequence in them).
     pub wal_files: Vec<(u64, u64)>,
     /// Bytes of a torn WAL tail that were cut off (never when `live`).
@@ -167,8 +169,10 @@ async fn load_once(
         by_id.insert(entry.id, (t.clone(), flushed));
         tables.insert(entry.schema.name.clone(), t);
     }
+    let mut last_commit_us = 0;
     for e in replayed.entries {
         max_seq = max_seq.max(e.seq);
+        last_commit_us = last_commit_us.max(e.commit_us);
         if let Some((t, flushed)) = by_id.get(&e.table_id)
             && e.seq > *flushed
         {
@@ -180,6 +184,7 @@ async fn load_once(
         catalog,
         tables,
         max_seq,
+        last_commit_us,
         wal_files: replayed.files,
         torn_bytes: replayed.torn_bytes,
         wal_cursor,

@@ -75,7 +75,7 @@ impl Database {
                 loaded.torn_bytes
             );
         }
-        let max_seq = loaded.max_seq;
+        let (max_seq, last_commit_us) = (loaded.max_seq, loaded.last_commit_us);
         let mut wal = WalWriter::create(
             &root.join("wal"),
             loaded.wal_files,
@@ -112,7 +112,7 @@ impl Database {
         });
         let (tx, rx) = mpsc::channel(4096);
         let host: Arc<dyn CommitHost> = shared.clone();
-        let core = committer::Committer::new(host, wal, max_seq + 1);
+        let core = committer::Committer::new(host, wal, max_seq + 1, last_commit_us);
         let tx = committer::CommitSender::new(tx, core.clone());
         let _ = shared.commit_tx.set(tx.downgrade());
         let thread_core = core;

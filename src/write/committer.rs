@@ -153,6 +153,9 @@ pub(crate) struct Committer {
 struct CommitState {
     wal: WalWriter,
     next_seq: u64,
+    /// The last group's commit time in microseconds: each group's is
+    /// above the one before (a stream's order), whatever the clock does.
+    last_commit_us: u64,
     payload: Vec<u8>,
     /// Set once the WAL's end cannot be vouched for: every later write is
     /// refused.
@@ -165,12 +168,14 @@ struct CommitState {
 }
 
 impl Committer {
-    pub fn new(host: Arc<dyn CommitHost>, wal: WalWriter, next_seq: u64) -> Arc<Self> {
+    /// `last_commit_us`: the newest commit time in the log.
+    pub fn new(host: Arc<dyn CommitHost>, wal: WalWriter, next_seq: u64, last_commit_us: u64) -> Arc<Self> {
         Arc::new(Committer {
             host,
             state: parking_lot::Mutex::new(CommitState {
                 wal,
                 next_seq,
+                last_commit_us,
                 payload: Vec::with_capacity(1 << 20),
                 failed: None,
                 locks: PartitionLocks::default(),
@@ -336,6 +341,7 @@ impl CommitState {
         let CommitState {
             wal,
             next_seq,
+            last_commit_us,
             payload,
             failed,
             locks,
@@ -447,7 +453,7 @@ impl CommitState {
                 )),
                 // Nothing to log: failed checks and refusals only.
                 None if group.is_empty() => Ok(*next_seq),
-                None => commit_group(host, wal, next_seq, payload, group),
+                None => commit_group(host, wal, (next_seq, last_commit_us), payload, group),
             };
             group.clear();
             if let Err(e) = &result
@@ -525,12 +531,14 @@ fn payload_bytes(writes: &[PendingWrite]) -> usize {
 fn commit_group(
     host: &dyn CommitHost,
     wal: &mut WalWriter,
-    next_seq: &mut u64,
+    (next_seq, last_commit_us): (&mut u64, &mut u64),
     payload: &mut Vec<u8>,
     group: &mut Vec<PendingWrite>,
 ) -> Result<u64> {
     let first = *next_seq;
+    let commit_us = (host.now_ms().max(0) as u64 * 1000).max(*last_commit_us + 1);
     payload.clear();
+    wal::encode_group_header(payload, commit_us);
     for (i, w) in group.iter_mut().enumerate() {
         if let Some(at) = w.auto_increment {
             // The value is the write's sequence number: unique, and above
@@ -546,6 +554,7 @@ fn commit_group(
     wal.append(payload, last)?;
     host.wal_bytes().fetch_add(payload.len() as u64, Ordering::Relaxed);
     *next_seq = last + 1;
+    *last_commit_us = commit_us;
     let mut current: Option<(u64, Arc<crate::memtable::Memtable>)> = None;
     for (i, w) in group.drain(..).enumerate() {
         let active = match &current {
