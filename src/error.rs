@@ -39,11 +39,13 @@ pub enum ErrorKind {
     /// The table refuses writes: it is archived, or being archived; or
     /// the database was opened read-only.
     ReadOnly,
+    /// A stream iterator points to records that have expired.
+    TrimmedDataAccess,
 }
 
 impl ErrorKind {
     /// Every kind.
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::ParameterInvalid,
         ErrorKind::InvalidPk,
         ErrorKind::ObjectNotExist,
@@ -57,6 +59,7 @@ impl ErrorKind {
         ErrorKind::Corruption,
         ErrorKind::Closed,
         ErrorKind::ReadOnly,
+        ErrorKind::TrimmedDataAccess,
     ];
 
     /// The stable name used in CLI output (`"kind":"..."`).
@@ -75,6 +78,7 @@ impl ErrorKind {
             ErrorKind::Corruption => "Corruption",
             ErrorKind::Closed => "Closed",
             ErrorKind::ReadOnly => "ReadOnly",
+            ErrorKind::TrimmedDataAccess => "TrimmedDataAccess",
         }
     }
 

@@ -48,8 +48,9 @@ pub use db::queued::QueuedWrites;
 pub use db::table::{ColumnSize, Table, TableStats};
 pub use db::transaction::Transaction;
 pub use db::{
-    ArchiveOnDrop, Database, MaintenanceAction, MaintenanceStep, Series, SeriesOptions, SeriesUpdate, TableDescription,
-    TableListing,
+    ArchiveOnDrop, Database, MAX_STREAM_EXPIRATION_HOURS, MAX_STREAM_RECORDS, MaintenanceAction, MaintenanceStep,
+    SequenceInfo, Series, SeriesOptions, SeriesUpdate, ShardInfo, StreamAction, StreamColumn, StreamDescription,
+    StreamInfo, StreamRecord, StreamRecords, StreamSpec, StreamStart, TableDescription, TableListing,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{
@@ -83,6 +84,7 @@ mod remote;
 mod segment;
 mod state;
 mod storage;
+mod stream;
 mod wal;
 mod write;
 

@@ -86,6 +86,12 @@ impl Database {
         self.inner.writable("an archive")?;
         let to = &to.absolute()?;
         let t = self.table_inner(name)?;
+        if t.stream.read().is_some() {
+            return Err(Error::param(format!(
+                "table '{name}' has a change stream, which an archived (read-only) table cannot keep; disable it \
+                 first (`Database::set_stream(\"{name}\", None)`)"
+            )));
+        }
         let _transfer = t.transfer.lock().await;
         if let Some(record) = self.archive_record(t.id).await {
             if same_place(&record.location, to) {

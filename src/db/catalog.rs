@@ -34,4 +34,7 @@ pub(super) struct CatalogEntry {
     /// The series the table is a month of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) series: Option<String>,
+    /// The table's change stream, when enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) stream: Option<super::stream::StreamState>,
 }

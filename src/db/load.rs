@@ -50,6 +50,9 @@ pub(super) struct Loaded {
     pub torn_bytes: u64,
     /// Live: where the WAL was read up to (see [`read_tail`]).
     pub wal_cursor: Option<wal::WalCursor>,
+    /// The WAL's writes to tables with a stream (flushed ones too): what
+    /// their stream logs may lack.
+    pub stream_entries: Vec<wal::WalEntry>,
 }
 
 /// How many times a live load starts over when the catalog keeps
@@ -170,7 +173,17 @@ async fn load_once(
         tables.insert(entry.schema.name.clone(), t);
     }
     let mut last_commit_us = 0;
+    let streamed: Vec<u64> = catalog
+        .tables
+        .iter()
+        .filter(|e| e.stream.is_some() && e.archive.is_none())
+        .map(|e| e.id)
+        .collect();
+    let mut stream_entries = Vec::new();
     for e in replayed.entries {
+        if !live && streamed.contains(&e.table_id) {
+            stream_entries.push(e.clone());
+        }
         max_seq = max_seq.max(e.seq);
         last_commit_us = last_commit_us.max(e.commit_us);
         if let Some((t, flushed)) = by_id.get(&e.table_id)
@@ -188,6 +201,7 @@ async fn load_once(
         wal_files: replayed.files,
         torn_bytes: replayed.torn_bytes,
         wal_cursor,
+        stream_entries,
     }))
 }
 

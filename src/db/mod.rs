@@ -35,6 +35,7 @@ pub(crate) mod queued;
 mod read_only;
 mod reads;
 pub(crate) mod series;
+mod stream;
 pub(crate) mod table;
 pub(crate) mod transaction;
 mod writer;
@@ -48,6 +49,10 @@ use self::catalog::{CatalogEntry, CatalogFile};
 use self::inner::DbInner;
 pub use self::maintain::{MaintenanceAction, MaintenanceStep};
 pub use self::series::{Series, SeriesOptions, SeriesUpdate};
+pub use self::stream::{
+    MAX_STREAM_EXPIRATION_HOURS, MAX_STREAM_RECORDS, SequenceInfo, ShardInfo, StreamAction, StreamColumn,
+    StreamDescription, StreamInfo, StreamRecord, StreamRecords, StreamSpec, StreamStart,
+};
 use self::table::Table;
 pub(crate) use self::writer::Writer;
 use crate::error::{Error, ErrorKind, Result};
@@ -201,6 +206,7 @@ impl Database {
             options,
             archive: None,
             series: series.clone(),
+            stream: None,
         });
         self.commit_catalog(&mut cat, next).await?;
         let mut t = TableInner::new(id, schema.clone(), options, 0, TableManifest::default(), Vec::new());
@@ -262,6 +268,14 @@ impl Database {
         self.commit_catalog(&mut cat, next).await?;
         t.dropped.store(true, Ordering::Release);
         self.inner.shared.tables.write().remove(name);
+        if t.stream.write().take().is_some() {
+            let dir = stream::stream_dir(self.path(), t.id);
+            if let Err(e) = std::fs::remove_dir_all(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(Error::io(format!("delete stream log {}", dir.display()), e));
+            }
+        }
         // Wait for a running flush of the table, then delete its objects.
         let _f = t.flushing.lock().await;
         let _m = t.manifest.lock().await;

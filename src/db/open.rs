@@ -75,7 +75,22 @@ impl Database {
                 loaded.torn_bytes
             );
         }
-        let (max_seq, last_commit_us) = (loaded.max_seq, loaded.last_commit_us);
+        let (max_seq, mut last_commit_us) = (loaded.max_seq, loaded.last_commit_us);
+        for entry in loaded
+            .catalog
+            .tables
+            .iter()
+            .filter(|e| e.stream.is_some() && e.archive.is_none())
+        {
+            let Some(t) = loaded.tables.get(&entry.schema.name) else {
+                continue;
+            };
+            let hours = entry.stream.as_ref().map_or(1, |s| s.spec.expiration_hours);
+            let log = super::stream::open_log(&root, entry.id, hours, &loaded.stream_entries, max_seq)?;
+            last_commit_us = last_commit_us.max(log.last_commit_us());
+            *t.stream.write() = Some(log);
+        }
+        drop(loaded.stream_entries);
         let mut wal = WalWriter::create(
             &root.join("wal"),
             loaded.wal_files,
@@ -110,6 +125,7 @@ impl Database {
             lock: Some(lock),
             read_only: false,
         });
+        super::stream::start_syncing(Arc::downgrade(&shared))?;
         let (tx, rx) = mpsc::channel(4096);
         let host: Arc<dyn CommitHost> = shared.clone();
         let core = committer::Committer::new(host, wal, max_seq + 1, last_commit_us);

@@ -162,6 +162,9 @@ pub(crate) struct TableInner {
     pub transfer: tokio::sync::Mutex<()>,
     /// The series the table is a month of.
     pub series: Option<String>,
+    /// The table's change stream log, when its stream is enabled: the
+    /// committer appends each group's writes to it.
+    pub stream: RwLock<Option<Arc<crate::stream::StreamLog>>>,
 }
 
 /// A table's place in an object store.
@@ -286,6 +289,7 @@ impl TableInner {
             archive: RwLock::new(None),
             transfer: tokio::sync::Mutex::new(()),
             series: None,
+            stream: RwLock::new(None),
         }
     }
 

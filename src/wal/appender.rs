@@ -200,6 +200,16 @@ impl WalWriter {
         self.size
     }
 
+    /// The current file's number and the offset just past its last record.
+    pub fn position(&self) -> (u64, usize) {
+        (self.number, MAGIC.len() + self.size as usize)
+    }
+
+    /// Sealed files: (number, largest sequence in them).
+    pub fn sealed(&self) -> &[(u64, u64)] {
+        &self.sealed
+    }
+
     fn err(&self, what: &str, e: std::io::Error) -> Error {
         Error::io(
             format!("{what} WAL file {}", self.dir.join(file_name(self.number)).display()),

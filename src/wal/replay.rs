@@ -16,6 +16,8 @@ pub(crate) struct Replayed {
     pub entries: Vec<WalEntry>,
     /// Files found: (number, largest sequence in them).
     pub files: Vec<(u64, u64)>,
+    /// The newest commit time in each of `files`, in microseconds.
+    pub times: Vec<u64>,
     /// Bytes cut off the newest file's torn tail.
     pub torn_bytes: u64,
 }
@@ -25,11 +27,7 @@ pub(crate) struct Replayed {
 /// anywhere else fails with a corruption error.
 pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
     let numbers = file_numbers(dir)?;
-    let mut out = Replayed {
-        entries: Vec::new(),
-        files: Vec::new(),
-        torn_bytes: 0,
-    };
+    let mut out = Replayed::default();
     for (i, &number) in numbers.iter().enumerate() {
         let is_last = i + 1 == numbers.len();
         let path = dir.join(file_name(number));
@@ -49,6 +47,8 @@ pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
                 .and_then(|_| f.sync_all())
                 .map_err(|e| Error::io(format!("truncate torn tail of WAL file {}", path.display()), e))?;
         }
+        out.times
+            .push(read.entries.iter().map(|e| e.commit_us).max().unwrap_or(0));
         out.entries.extend(read.entries);
         out.files.push((number, read.max_seq));
     }
@@ -100,6 +100,8 @@ pub(crate) fn replay_live(dir: &Path, from: Option<WalCursor>) -> Result<Option<
             file: number,
             offset: read.end,
         });
+        out.times
+            .push(read.entries.iter().map(|e| e.commit_us).max().unwrap_or(0));
         out.entries.extend(read.entries);
         out.files.push((number, read.max_seq));
     }
@@ -196,6 +198,35 @@ fn read_records(path: &Path, data: &[u8], from: usize, is_last: bool, live: bool
     }
     out.end = pos;
     Ok(out)
+}
+
+/// The entries of the one record at `offset` of a file's `data` (0: its
+/// first) and where the next record starts; `None` past the last. For
+/// data known to hold whole records only (a stream log up to its synced
+/// end): anything else is damage.
+pub(crate) fn read_one_record(path: &Path, data: &[u8], offset: usize) -> Result<Option<(Vec<WalEntry>, usize)>> {
+    let Some((start, format)) = file_format(data) else {
+        return Err(Error::corruption(format!(
+            "log file {} does not start with a log file's first bytes",
+            path.display()
+        )));
+    };
+    let pos = offset.max(start);
+    if pos >= data.len() || matches!(format, RecordFormat::Preallocated) && header_unwritten(data, pos) {
+        return Ok(None);
+    }
+    match parse_record(&data[pos..], format) {
+        Ok((payload, len)) => {
+            let entries = decode_payload(payload).map_err(|e| {
+                Error::corruption(format!("log file {} at offset {pos}: {}", path.display(), e.message()))
+            })?;
+            Ok(Some((entries, pos + len)))
+        }
+        Err(_) => Err(Error::corruption(format!(
+            "log file {} is damaged at offset {pos}: a record there does not read whole",
+            path.display()
+        ))),
+    }
 }
 
 /// The numbers of the WAL files in `dir`, ascending.

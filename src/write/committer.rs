@@ -555,6 +555,7 @@ fn commit_group(
     host.wal_bytes().fetch_add(payload.len() as u64, Ordering::Relaxed);
     *next_seq = last + 1;
     *last_commit_us = commit_us;
+    append_streams(group, first, commit_us, payload);
     let mut current: Option<(u64, Arc<crate::memtable::Memtable>)> = None;
     for (i, w) in group.drain(..).enumerate() {
         let active = match &current {
@@ -569,6 +570,33 @@ fn commit_group(
     }
     host.visible_seq().store(last, Ordering::Release);
     Ok(first)
+}
+
+/// Appends the group's writes to the stream logs of their tables (after
+/// the WAL, before they are visible: so every visible write is in its
+/// stream log, see `StreamLog::sync`), each table's in the group's order.
+/// A failed append stops the log (`StreamLog::fail`): the write is in the
+/// WAL, which then keeps it for the next open to put into the log.
+fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &mut Vec<u8>) {
+    let mut logs: Vec<(u64, Arc<crate::stream::StreamLog>)> = Vec::new();
+    for w in group {
+        if !logs.iter().any(|(id, _)| *id == w.table.id)
+            && let Some(log) = w.table.stream.read().clone()
+        {
+            logs.push((w.table.id, log));
+        }
+    }
+    for (id, log) in logs {
+        payload.clear();
+        wal::encode_group_header(payload, commit_us);
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for (i, w) in group.iter().enumerate().filter(|(_, w)| w.table.id == id) {
+            let seq = first + i as u64;
+            (lo, hi) = (lo.min(seq), hi.max(seq));
+            wal::encode_entry(payload, seq, id, &w.key, &w.mutation);
+        }
+        log.append_or_fail(payload, lo, hi, commit_us);
+    }
 }
 
 fn maybe_freeze(host: &dyn CommitHost, wal: &mut WalWriter, touched: &[Arc<TableInner>]) {
@@ -593,10 +621,16 @@ fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>, s
 }
 
 fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
-    let min = host
-        .live_tables()
+    let tables = host.live_tables();
+    // A stream log not yet synced past a write needs its WAL file (an
+    // open puts what the log lacks back from the WAL).
+    let streams = tables
+        .iter()
+        .filter_map(|t| t.stream.read().as_ref().map(|s| s.synced_seq() + 1));
+    let min = tables
         .iter()
         .filter_map(|t| t.min_unflushed_seq())
+        .chain(streams)
         .min()
         .unwrap_or(u64::MAX);
     if let Err(e) = wal.delete_obsolete(min) {

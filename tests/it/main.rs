@@ -41,6 +41,7 @@ mod series;
 mod shell;
 mod sql;
 mod stream_diff;
+mod streams;
 mod torture;
 mod transactions;
 mod values;

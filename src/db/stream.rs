@@ -1,0 +1,596 @@
+//! Change streams, Tablestore's Stream API: enabling a table's stream,
+//! ListStream, DescribeStream, GetShardIterator and GetStreamRecord.
+//!
+//! A table's stream has one shard per partition; a table is one partition
+//! today, so a stream has one shard, named by the table's id. Records live
+//! in the shard's log (`crate::stream`), appended by the committer in
+//! commit order and readable once synced (a background thread syncs the
+//! logs every few milliseconds).
+//!
+//! Invariants: a record is read only once its log is synced, so what a
+//! reader saw survives a crash in place; an iterator names the stream it
+//! was made for (a stream disabled and enabled again is another one) and
+//! carries a checksum, so a garbled or foreign iterator is refused, never
+//! misread; records older than the expiration are never returned.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::Database;
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::row::{Action, Mutation};
+use crate::model::types::{PrimaryKey, Value};
+use crate::stream::{LogPosition, StreamLog};
+
+/// Longest expiration a stream accepts, in hours (Tablestore's limit).
+pub const MAX_STREAM_EXPIRATION_HOURS: u32 = 168;
+
+/// A table's change stream settings (Tablestore's `StreamSpecification`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamSpec {
+    /// How long records are kept, in hours: 1 to 168.
+    pub expiration_hours: u32,
+    /// Columns whose values before each change a record carries (its
+    /// origin record).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<String>,
+}
+
+impl StreamSpec {
+    /// A stream keeping records for `expiration_hours`.
+    pub fn new(expiration_hours: u32) -> Self {
+        StreamSpec {
+            expiration_hours,
+            columns: Vec::new(),
+        }
+    }
+
+    fn validate(&self, schema: &crate::model::schema::TableSchema) -> Result<()> {
+        if !(1..=MAX_STREAM_EXPIRATION_HOURS).contains(&self.expiration_hours) {
+            return Err(Error::param(format!(
+                "stream expiration of {} hours is out of range: 1 to {MAX_STREAM_EXPIRATION_HOURS} hours are accepted",
+                self.expiration_hours
+            )));
+        }
+        for c in &self.columns {
+            if schema.primary_key.iter().any(|k| &k.name == c) || c.is_empty() {
+                return Err(Error::param(format!(
+                    "stream column '{c}' is not accepted: stream columns name attribute columns, not primary-key \
+                     columns of table '{}'",
+                    schema.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A table's stream as the catalog keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct StreamState {
+    /// The stream's id: the table's name, when the stream was enabled and
+    /// the catalog version that enabled it.
+    pub id: String,
+    pub spec: StreamSpec,
+    pub created_ms: i64,
+}
+
+/// One stream, as ListStream returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamInfo {
+    /// The stream's id.
+    pub stream_id: String,
+    /// Its table.
+    pub table: String,
+    /// When it was enabled, in milliseconds since the epoch.
+    pub created_ms: i64,
+}
+
+/// One shard of a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardInfo {
+    /// The shard's id.
+    pub shard_id: String,
+    /// The shard it was split from, or the first of the two it was merged from.
+    pub parent_id: Option<String>,
+    /// The second shard of a merge.
+    pub parent_sibling_id: Option<String>,
+}
+
+/// A stream, as DescribeStream returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamDescription {
+    /// The stream's id.
+    pub stream_id: String,
+    /// Its table.
+    pub table: String,
+    /// `"active"`.
+    pub status: &'static str,
+    /// How long records are kept, in hours.
+    pub expiration_hours: u32,
+    /// The columns whose previous values records carry.
+    pub columns: Vec<String>,
+    /// When it was enabled, in milliseconds since the epoch.
+    pub created_ms: i64,
+    /// Its shards.
+    pub shards: Vec<ShardInfo>,
+    /// Bytes of its shards' logs.
+    pub bytes: u64,
+}
+
+/// Where GetShardIterator starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamStart {
+    /// The oldest record kept.
+    Oldest,
+    /// The first record committed at or after this time (ms since the epoch).
+    AtMs(i64),
+}
+
+/// What a record's write was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamAction {
+    /// PutRow: the row was replaced by its columns.
+    PutRow,
+    /// UpdateRow: its column actions applied to the row.
+    UpdateRow,
+    /// DeleteRow.
+    DeleteRow,
+}
+
+/// One column of a record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamColumn {
+    /// A version was written.
+    Put {
+        /// The column.
+        name: String,
+        /// The value.
+        value: Value,
+        /// Its version (timestamp, ms).
+        version: i64,
+    },
+    /// One version was deleted.
+    DeleteOneVersion {
+        /// The column.
+        name: String,
+        /// The version.
+        version: i64,
+    },
+    /// Every version was deleted.
+    DeleteAllVersions {
+        /// The column.
+        name: String,
+    },
+}
+
+/// A record's place in its shard: records compare in commit order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SequenceInfo {
+    /// Always 0 (commit times rise strictly within a database).
+    pub epoch: u32,
+    /// The commit time in microseconds since the epoch.
+    pub timestamp_us: u64,
+    /// The record's index among the writes committed together.
+    pub row_index: u32,
+}
+
+/// One committed row write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRecord {
+    /// What the write was.
+    pub action: StreamAction,
+    /// The row's primary key.
+    pub primary_key: PrimaryKey,
+    /// The columns it wrote or deleted (none for DeleteRow).
+    pub columns: Vec<StreamColumn>,
+    /// Its place in the shard.
+    pub sequence: SequenceInfo,
+}
+
+/// What GetStreamRecord returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRecords {
+    /// The records, in commit order.
+    pub records: Vec<StreamRecord>,
+    /// Where to read on; the shard's end moves on as writes come, so
+    /// there is always one (a closed shard, after a split, will have none
+    /// once read to its end).
+    pub next_iterator: Option<String>,
+}
+
+/// Most records one GetStreamRecord returns.
+pub const MAX_STREAM_RECORDS: usize = 1000;
+
+impl Database {
+    /// Enables the table's stream with `spec`, changes the settings of an
+    /// enabled one (its records stay), or with `None` disables it (its
+    /// records are deleted).
+    pub async fn set_stream(&self, table: &str, spec: Option<StreamSpec>) -> Result<()> {
+        self.inner.writable("a stream change")?;
+        let mut cat = self.inner.catalog.lock().await;
+        let t = self.table_inner(table)?;
+        if t.is_archived() {
+            return Err(t.read_only_error());
+        }
+        let now = self.inner.now_ms();
+        let mut next = cat.1.clone();
+        let entry = next
+            .tables
+            .iter_mut()
+            .find(|e| e.id == t.id)
+            .ok_or_else(|| Error::new(ErrorKind::ObjectNotExist, format!("table '{table}' does not exist")))?;
+        let dir = stream_dir(self.path(), t.id);
+        match spec {
+            Some(spec) => {
+                spec.validate(&t.schema)?;
+                let hours = spec.expiration_hours;
+                let enabling = entry.stream.is_none();
+                entry.stream = Some(StreamState {
+                    id: entry
+                        .stream
+                        .as_ref()
+                        // The catalog version makes it unique: a stream
+                        // enabled again in the same millisecond is another.
+                        .map_or_else(|| format!("{table}_{now}_{}", cat.0 + 1), |s| s.id.clone()),
+                    spec,
+                    created_ms: entry.stream.as_ref().map_or(now, |s| s.created_ms),
+                });
+                if enabling {
+                    // A log left by a stream disabled before (its deletion cut short).
+                    remove_dir(&dir)?;
+                    let log = StreamLog::open(&dir)?;
+                    log.set_expiration_hours(hours);
+                    self.commit_catalog(&mut cat, next).await?;
+                    *t.stream.write() = Some(log);
+                } else {
+                    self.commit_catalog(&mut cat, next).await?;
+                    if let Some(log) = &*t.stream.read() {
+                        log.set_expiration_hours(hours);
+                    }
+                }
+            }
+            None => {
+                if entry.stream.take().is_none() {
+                    return Ok(());
+                }
+                self.commit_catalog(&mut cat, next).await?;
+                *t.stream.write() = None;
+                remove_dir(&dir)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// ListStream: the enabled streams, of one table or of all.
+    pub async fn list_streams(&self, table: Option<&str>) -> Result<Vec<StreamInfo>> {
+        if let Some(t) = table {
+            self.table_inner(t)?;
+        }
+        let cat = self.inner.catalog.lock().await;
+        Ok(cat
+            .1
+            .tables
+            .iter()
+            .filter(|e| table.is_none_or(|t| t == e.schema.name))
+            .filter_map(|e| {
+                e.stream.as_ref().map(|s| StreamInfo {
+                    stream_id: s.id.clone(),
+                    table: e.schema.name.clone(),
+                    created_ms: s.created_ms,
+                })
+            })
+            .collect())
+    }
+
+    /// DescribeStream.
+    pub async fn describe_stream(&self, stream_id: &str) -> Result<StreamDescription> {
+        let (table, state, log) = self.stream(stream_id).await?;
+        Ok(StreamDescription {
+            stream_id: state.id.clone(),
+            table: table.schema.name.clone(),
+            status: "active",
+            expiration_hours: state.spec.expiration_hours,
+            columns: state.spec.columns.clone(),
+            created_ms: state.created_ms,
+            shards: vec![ShardInfo {
+                shard_id: table.id.to_string(),
+                parent_id: None,
+                parent_sibling_id: None,
+            }],
+            bytes: log.bytes(),
+        })
+    }
+
+    /// GetShardIterator: where a reader of `shard_id` starts.
+    pub async fn shard_iterator(&self, stream_id: &str, shard_id: &str, start: StreamStart) -> Result<String> {
+        let (table, state, log) = self.stream(stream_id).await?;
+        check_shard(&table, stream_id, shard_id)?;
+        let mut at = log.start()?;
+        if let StreamStart::AtMs(ms) = start {
+            // The first record committed at or after `ms`, or the end.
+            let want = (ms.max(0) as u64).saturating_mul(1000);
+            loop {
+                let (batch, next) = log.read(at, MAX_STREAM_RECORDS)?.ok_or_else(|| trimmed(stream_id))?;
+                match batch.iter().position(|(e, _)| e.commit_us >= want) {
+                    Some(0) => break,
+                    Some(i) => {
+                        at = log.read(at, i)?.ok_or_else(|| trimmed(stream_id))?.1;
+                        break;
+                    }
+                    None if batch.len() < MAX_STREAM_RECORDS => {
+                        at = next;
+                        break;
+                    }
+                    None => at = next,
+                }
+            }
+        }
+        Ok(encode_iterator(&state.id, table.id, at))
+    }
+
+    /// GetStreamRecord: up to `limit` records (at most
+    /// [`MAX_STREAM_RECORDS`]) from `iterator` on, and the next iterator.
+    pub async fn get_stream_records(&self, iterator: &str, limit: usize) -> Result<StreamRecords> {
+        if limit == 0 || limit > MAX_STREAM_RECORDS {
+            return Err(Error::param(format!(
+                "a GetStreamRecord limit of {limit} is out of range: 1 to {MAX_STREAM_RECORDS} records are accepted"
+            )));
+        }
+        let (stream_id, shard, at) = decode_iterator(iterator)?;
+        let (table, state, log) = self.stream(&stream_id).await?;
+        if table.id != shard {
+            return Err(Error::param(format!(
+                "the iterator names shard {shard}, which stream '{stream_id}' does not have"
+            )));
+        }
+        let cutoff = (self.inner.now_ms().max(0) as u64 * 1000)
+            .saturating_sub(state.spec.expiration_hours as u64 * 3_600_000_000);
+        let Some((entries, next)) = log.read(at, limit)? else {
+            return Err(trimmed(&stream_id));
+        };
+        if entries.first().is_some_and(|(e, _)| e.commit_us < cutoff) && at != log.start()? {
+            return Err(trimmed(&stream_id));
+        }
+        let schema = table.full_schema();
+        let mut records = Vec::with_capacity(entries.len());
+        for (e, row_index) in entries.into_iter().filter(|(e, _)| e.commit_us >= cutoff) {
+            records.push(StreamRecord {
+                primary_key: schema.decode_pk(&e.key)?,
+                sequence: SequenceInfo {
+                    epoch: 0,
+                    timestamp_us: e.commit_us,
+                    row_index,
+                },
+                action: match &e.mutation {
+                    Mutation::Put { .. } => StreamAction::PutRow,
+                    Mutation::Update { .. } => StreamAction::UpdateRow,
+                    Mutation::Delete => StreamAction::DeleteRow,
+                },
+                columns: columns(e.mutation),
+            });
+        }
+        Ok(StreamRecords {
+            records,
+            next_iterator: Some(encode_iterator(&stream_id, shard, next)),
+        })
+    }
+
+    /// The table, stream state and log of `stream_id`.
+    async fn stream(&self, stream_id: &str) -> Result<(Arc<crate::state::TableInner>, StreamState, Arc<StreamLog>)> {
+        let state = {
+            let cat = self.inner.catalog.lock().await;
+            cat.1.tables.iter().find_map(|e| {
+                e.stream
+                    .as_ref()
+                    .filter(|s| s.id == stream_id)
+                    .map(|s| (e.schema.name.clone(), s.clone()))
+            })
+        };
+        let Some((name, state)) = state else {
+            return Err(Error::new(
+                ErrorKind::ObjectNotExist,
+                format!("stream '{stream_id}' does not exist (ListStream lists the streams there are)"),
+            ));
+        };
+        let table = self.table_inner(&name)?;
+        let log = table.stream.read().clone().ok_or_else(|| {
+            Error::new(
+                ErrorKind::ObjectNotExist,
+                format!("stream '{stream_id}' is not open here (a read-only open does not read streams)"),
+            )
+        })?;
+        Ok((table, state, log))
+    }
+}
+
+fn check_shard(table: &crate::state::TableInner, stream_id: &str, shard_id: &str) -> Result<()> {
+    if shard_id != table.id.to_string() {
+        return Err(Error::new(
+            ErrorKind::ObjectNotExist,
+            format!(
+                "shard '{shard_id}' does not exist in stream '{stream_id}' (its shard: '{}'; DescribeStream lists them)",
+                table.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn trimmed(stream_id: &str) -> Error {
+    Error::new(
+        ErrorKind::TrimmedDataAccess,
+        format!(
+            "the records this iterator of stream '{stream_id}' points to have expired; GetShardIterator gives one \
+             at the oldest record kept"
+        ),
+    )
+}
+
+/// Opens the stream log of table `id` at an open of the database, and
+/// puts into it the WAL's writes to the table it lacks (those after its
+/// last synced record that a crash cut off, or that were not synced):
+/// `entries` are the WAL's writes to tables with streams, in log order;
+/// every write up to `max_seq` is then in the log.
+pub(super) fn open_log(
+    root: &std::path::Path,
+    id: u64,
+    hours: u32,
+    entries: &[crate::wal::WalEntry],
+    max_seq: u64,
+) -> Result<Arc<StreamLog>> {
+    let log = StreamLog::open(&stream_dir(root, id))?;
+    log.set_expiration_hours(hours);
+    let missing: Vec<_> = entries
+        .iter()
+        .filter(|e| e.table_id == id && e.seq > log.last_seq())
+        .collect();
+    // One record per group (a group's writes share their commit time).
+    for group in missing.chunk_by(|a, b| a.commit_us == b.commit_us) {
+        let mut payload = Vec::new();
+        crate::wal::encode_group_header(&mut payload, group[0].commit_us);
+        for e in group {
+            crate::wal::encode_entry(&mut payload, e.seq, id, &e.key, &e.mutation);
+        }
+        let (first, last) = (group[0].seq, group[group.len() - 1].seq);
+        log.append(&payload, first, last, group[0].commit_us)?;
+    }
+    log.sync(max_seq)?;
+    Ok(log)
+}
+
+/// Syncs every stream log now and then (what readers see, and what lets
+/// the WAL go) and drops expired files, until the database closes.
+pub(super) fn start_syncing(shared: std::sync::Weak<super::background::Shared>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("cellar-streams".into())
+        .spawn(move || {
+            let mut last_expiry = std::time::Instant::now();
+            loop {
+                std::thread::sleep(SYNC_EVERY);
+                let Some(shared) = shared.upgrade() else { break };
+                if shared.closed.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                let covered = shared.visible_seq.load(std::sync::atomic::Ordering::Acquire);
+                let expire = last_expiry.elapsed() >= EXPIRE_EVERY;
+                let now_us = shared.options.clock.now_ms().max(0) as u64 * 1000;
+                let logs: Vec<_> = shared
+                    .tables
+                    .read()
+                    .values()
+                    .filter_map(|t| t.stream.read().clone())
+                    .collect();
+                drop(shared);
+                for log in logs {
+                    // A failure stops the log (`StreamLog::check` reports it).
+                    let _ = log.sync(covered);
+                    if expire {
+                        let _ = log.expire(now_us.saturating_sub(log.expiration_us()));
+                    }
+                }
+                if expire {
+                    last_expiry = std::time::Instant::now();
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| Error::io("start the stream thread", e))
+}
+
+/// How often stream logs are synced: the most a reader waits for a write.
+const SYNC_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How often expired stream files are looked for.
+const EXPIRE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A shard's log directory.
+pub(super) fn stream_dir(root: &std::path::Path, table_id: u64) -> std::path::PathBuf {
+    root.join("streams").join(table_id.to_string())
+}
+
+fn remove_dir(dir: &std::path::Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("delete stream log {}", dir.display()), e)),
+    }
+}
+
+fn columns(m: Mutation) -> Vec<StreamColumn> {
+    match m {
+        Mutation::Put { cells, .. } => cells
+            .into_iter()
+            .map(|(name, version, value)| StreamColumn::Put { name, value, version })
+            .collect(),
+        Mutation::Update { actions } => actions
+            .into_iter()
+            .map(|a| match a {
+                Action::Put { column, version, value } => StreamColumn::Put {
+                    name: column,
+                    value,
+                    version,
+                },
+                Action::DeleteVersion { column, version } => StreamColumn::DeleteOneVersion { name: column, version },
+                Action::DeleteAll { column } => StreamColumn::DeleteAllVersions { name: column },
+            })
+            .collect(),
+        Mutation::Delete => Vec::new(),
+    }
+}
+
+/// An iterator: `stream.shard.file.offset.skip.crc` (hex), the CRC-32C
+/// of the rest, so that a garbled one is refused.
+fn encode_iterator(stream_id: &str, shard: u64, at: LogPosition) -> String {
+    let body = format!(
+        "{}.{shard:x}.{:x}.{:x}.{:x}",
+        hex(stream_id.as_bytes()),
+        at.file,
+        at.offset,
+        at.skip
+    );
+    format!("{body}.{:08x}", crc32c::crc32c(body.as_bytes()))
+}
+
+fn decode_iterator(it: &str) -> Result<(String, u64, LogPosition)> {
+    let bad = || {
+        Error::param(format!(
+            "'{it}' is not a shard iterator (GetShardIterator and GetStreamRecord give them; they are used as given)"
+        ))
+    };
+    let (body, crc) = it.rsplit_once('.').ok_or_else(bad)?;
+    if u32::from_str_radix(crc, 16).ok() != Some(crc32c::crc32c(body.as_bytes())) {
+        return Err(bad());
+    }
+    let parts: Vec<&str> = body.split('.').collect();
+    let [stream, shard, file, offset, skip] = parts[..] else {
+        return Err(bad());
+    };
+    let num = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
+    let stream = unhex(stream).ok_or_else(bad)?;
+    Ok((
+        stream,
+        num(shard)?,
+        LogPosition {
+            file: num(file)?,
+            offset: num(offset)? as usize,
+            skip: num(skip)? as usize,
+        },
+    ))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}

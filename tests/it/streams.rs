@@ -1,0 +1,338 @@
+//! Change streams (the Stream API): every acknowledged write has its
+//! record once, in commit order, across flushes, compactions, reopens and
+//! a stream log that lost its unsynced tail; expiration; bad input.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cellar::*;
+
+use crate::common::*;
+
+/// A record as the tests compare it: action, key, and columns.
+type Seen = (StreamAction, PrimaryKey, Vec<StreamColumn>);
+
+/// Every record of the table's stream from the oldest, waiting until
+/// there are `want` (records come once their log is synced).
+async fn records(db: &Database, table: &str, want: usize) -> Vec<StreamRecord> {
+    let stream = db.list_streams(Some(table)).await.unwrap().remove(0).stream_id;
+    let shard = db.describe_stream(&stream).await.unwrap().shards.remove(0).shard_id;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut it = db.shard_iterator(&stream, &shard, StreamStart::Oldest).await.unwrap();
+        let mut out = Vec::new();
+        loop {
+            let page = db.get_stream_records(&it, 7).await.unwrap();
+            if page.records.is_empty() {
+                break;
+            }
+            out.extend(page.records);
+            it = page.next_iterator.unwrap();
+        }
+        if out.len() >= want || Instant::now() > deadline {
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn seen(r: &[StreamRecord]) -> Vec<Seen> {
+    r.iter()
+        .map(|r| (r.action, r.primary_key.clone(), r.columns.clone()))
+        .collect()
+}
+
+fn put(name: &str, value: impl Into<Value>, version: i64) -> StreamColumn {
+    StreamColumn::Put {
+        name: name.into(),
+        value: value.into(),
+        version,
+    }
+}
+
+/// Every kind of write, through every path, gives its record in commit
+/// order with its columns and versions; sequences rise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_has_its_record_in_commit_order() {
+    let (_dir, _clock, db, t) = fixture(TableOptions {
+        max_versions: 5,
+        ..Default::default()
+    })
+    .await;
+    t.put_row(PutRow::new(pk(0, "before"))).await.unwrap();
+    db.set_stream("t", Some(StreamSpec::new(24))).await.unwrap();
+    t.put_row(
+        PutRow::new(pk(1, "a"))
+            .column_at("x", 1, T0 - 10)
+            .column_at("s", "hi", T0 - 10),
+    )
+    .await
+    .unwrap();
+    t.update_row(
+        UpdateRow::new(pk(1, "a"))
+            .put_at("x", 2, T0 - 5)
+            .delete_version("x", T0 - 10)
+            .delete_all("s"),
+    )
+    .await
+    .unwrap();
+    t.delete_row(DeleteRow::new(pk(1, "a"))).await.unwrap();
+    t.write_batch(vec![
+        RowWrite::Put(PutRow::new(pk(2, "b")).column_at("x", 3, T0)),
+        RowWrite::Put(PutRow::new(pk(3, "c")).column_at("x", 4, T0)),
+    ])
+    .await
+    .unwrap();
+    let tx = t.start_transaction(4).await.unwrap();
+    tx.write(RowWrite::Put(PutRow::new(pk(4, "d")).column_at("x", 5, T0)))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // A failed condition writes nothing, and has no record.
+    let refused = t
+        .put_row(PutRow::new(pk(2, "b")).condition(Condition::expect_not_exist()))
+        .await;
+    assert!(refused.is_err());
+    let got = records(&db, "t", 6).await;
+    let k = |c, o| pk(c, o);
+    assert_eq!(
+        seen(&got),
+        vec![
+            (
+                StreamAction::PutRow,
+                k(1, "a"),
+                vec![put("s", "hi", T0 - 10), put("x", 1, T0 - 10)]
+            ),
+            (
+                StreamAction::UpdateRow,
+                k(1, "a"),
+                vec![
+                    put("x", 2, T0 - 5),
+                    StreamColumn::DeleteOneVersion {
+                        name: "x".into(),
+                        version: T0 - 10
+                    },
+                    StreamColumn::DeleteAllVersions { name: "s".into() },
+                ]
+            ),
+            (StreamAction::DeleteRow, k(1, "a"), vec![]),
+            (StreamAction::PutRow, k(2, "b"), vec![put("x", 3, T0)]),
+            (StreamAction::PutRow, k(3, "c"), vec![put("x", 4, T0)]),
+            (StreamAction::PutRow, k(4, "d"), vec![put("x", 5, T0)]),
+        ]
+    );
+    assert!(got.windows(2).all(|w| w[0].sequence < w[1].sequence));
+    // The batch's two writes were committed together: same time, indexes 0 and 1.
+    assert_eq!(got[3].sequence.timestamp_us, got[4].sequence.timestamp_us);
+    assert_eq!((got[3].sequence.row_index, got[4].sequence.row_index), (0, 1));
+}
+
+/// A stream log that lost its tail (a power cut before its sync) gets it
+/// back from the WAL at the next open: every write once, in order, across
+/// flushes, a compaction and reopens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopens_and_a_lost_log_tail_keep_every_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut expected = Vec::new();
+    for round in 0..3i64 {
+        let db = open(dir.path(), &clock).await;
+        if round == 0 {
+            card_order_table(&db, TableOptions::default()).await;
+            db.set_stream("t", Some(StreamSpec::new(24))).await.unwrap();
+        }
+        let t = db.table("t").unwrap();
+        let logs = dir.path().join("streams").join("1");
+        // The newest log file and its length once the records up to the
+        // last flush are synced: what comes after is in the WAL too.
+        let mut synced_at = None;
+        for i in 0..200 {
+            let key = pk(i % 37, "k");
+            if i % 5 == 4 {
+                t.delete_row(DeleteRow::new(key.clone())).await.unwrap();
+                expected.push((StreamAction::DeleteRow, key));
+            } else {
+                t.put_row(PutRow::new(key.clone()).column("v", round * 1000 + i))
+                    .await
+                    .unwrap();
+                expected.push((StreamAction::PutRow, key));
+            }
+            if round == 1 && i == 60 {
+                t.compact().await.unwrap();
+            }
+            if i == 120 {
+                t.flush().await.unwrap();
+                assert_eq!(records(&db, "t", expected.len()).await.len(), expected.len());
+                let newest = newest_log(&logs);
+                synced_at = Some((newest.clone(), std::fs::metadata(&newest).unwrap().len()));
+            }
+        }
+        let got = records(&db, "t", expected.len()).await;
+        let got: Vec<_> = got.iter().map(|r| (r.action, r.primary_key.clone())).collect();
+        let first_diff = got.iter().zip(&expected).position(|(a, b)| a != b);
+        assert!(
+            got.len() == expected.len() && first_diff.is_none(),
+            "round {round}: {} records for {} writes, first difference at {first_diff:?}",
+            got.len(),
+            expected.len()
+        );
+        drop(t);
+        db.close().await.unwrap();
+        // Cut the log back into what was appended after the last flush,
+        // mid-record: a tail lost to a power cut before its sync (records
+        // a flush covered are synced before their WAL file may go, so
+        // only such a tail can be lost).
+        let (file, at) = synced_at.unwrap();
+        let len = std::fs::metadata(&file).unwrap().len();
+        assert!(len > at + 100, "records were appended after the flush");
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(at + (len - at) / 2).unwrap();
+    }
+    let db = open(dir.path(), &clock).await;
+    let got = records(&db, "t", expected.len()).await;
+    assert_eq!(got.len(), expected.len(), "nothing lost, nothing twice");
+    db.close().await.unwrap();
+}
+
+/// The newest file of a stream log directory.
+fn newest_log(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .max()
+        .unwrap()
+}
+
+/// Writes queued many batches at a time give the stream that one write at
+/// a time gives, conditions and increments included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_writes_give_the_stream_of_one_at_a_time() {
+    let writes = |n: i64| -> Vec<RowWrite> {
+        (0..n)
+            .map(|i| {
+                let key = pk(i % 5, "k");
+                match i % 4 {
+                    0 => RowWrite::Put(PutRow::new(key).column("v", i)),
+                    1 => RowWrite::Update(UpdateRow::new(key).increment("n", 1)),
+                    2 => RowWrite::Put(PutRow::new(key).column("v", -i).condition(Condition::expect_exist())),
+                    _ => RowWrite::Delete(DeleteRow::new(key)),
+                }
+            })
+            .collect()
+    };
+    let mut streams = Vec::new();
+    for pipelined in [false, true] {
+        let (_dir, _clock, db, t) = fixture(TableOptions::default()).await;
+        db.set_stream("t", Some(StreamSpec::new(24))).await.unwrap();
+        let all = writes(400);
+        let mut ok = 0;
+        if pipelined {
+            let mut queued = Vec::new();
+            for chunk in all.chunks(7) {
+                queued.push(t.enqueue_batch(chunk.to_vec()).await.unwrap());
+            }
+            for q in queued {
+                ok += q.durable().await.unwrap().iter().filter(|r| r.is_ok()).count();
+            }
+        } else {
+            for w in all {
+                ok += t.write(w).await.is_ok() as usize;
+            }
+        }
+        let got = records(&db, "t", ok).await;
+        assert_eq!(got.len(), ok);
+        streams.push(seen(&got));
+    }
+    assert_eq!(streams[0], streams[1]);
+}
+
+/// Records past the expiration are not returned; an iterator into them
+/// is refused; a time iterator starts at the first record at or after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiration_and_time_iterators() {
+    let (_dir, clock, db, t) = fixture(TableOptions::default()).await;
+    db.set_stream("t", Some(StreamSpec::new(1))).await.unwrap();
+    for i in 0..3 {
+        t.put_row(PutRow::new(pk(i, "old"))).await.unwrap();
+    }
+    clock.advance(1_800_000);
+    let middle = clock.now_ms();
+    for i in 0..2 {
+        t.put_row(PutRow::new(pk(i, "new"))).await.unwrap();
+    }
+    assert_eq!(records(&db, "t", 5).await.len(), 5);
+    let stream = db.list_streams(None).await.unwrap().remove(0).stream_id;
+    let shard = "1";
+    let at = db
+        .shard_iterator(&stream, shard, StreamStart::AtMs(middle))
+        .await
+        .unwrap();
+    let page = db.get_stream_records(&at, 100).await.unwrap();
+    assert_eq!(page.records.len(), 2, "from the middle: the two newer");
+    let oldest = db.shard_iterator(&stream, shard, StreamStart::Oldest).await.unwrap();
+    let first = db.get_stream_records(&oldest, 1).await.unwrap();
+    // An hour and a half later the first three have expired.
+    clock.advance(2_700_000);
+    let e = db
+        .get_stream_records(first.next_iterator.as_ref().unwrap(), 10)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TrimmedDataAccess, "{e}");
+    let fresh = db.shard_iterator(&stream, shard, StreamStart::Oldest).await.unwrap();
+    let left = db.get_stream_records(&fresh, 100).await.unwrap().records;
+    assert_eq!(left.len(), 2, "only the unexpired: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_stream_input_is_refused_clearly() {
+    let (_dir, _clock, db, t) = fixture(TableOptions::default()).await;
+    for (spec, needle) in [
+        (StreamSpec::new(0), "1 to 168"),
+        (StreamSpec::new(169), "1 to 168"),
+        (
+            StreamSpec {
+                expiration_hours: 24,
+                columns: vec!["card".into()],
+            },
+            "primary-key",
+        ),
+    ] {
+        let e = db.set_stream("t", Some(spec)).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ParameterInvalid);
+        assert!(e.message().contains(needle), "{e}");
+    }
+    assert!(db.list_streams(None).await.unwrap().is_empty());
+    assert_eq!(
+        db.set_stream("nope", Some(StreamSpec::new(1)))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::ObjectNotExist
+    );
+    db.set_stream("t", Some(StreamSpec::new(2))).await.unwrap();
+    t.put_row(PutRow::new(pk(1, "a"))).await.unwrap();
+    let stream = db.list_streams(Some("t")).await.unwrap().remove(0).stream_id;
+    let e = db.describe_stream("no_such_stream").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ObjectNotExist);
+    let e = db.shard_iterator(&stream, "99", StreamStart::Oldest).await.unwrap_err();
+    assert!(e.message().contains("shard '99' does not exist"), "{e}");
+    let it = db.shard_iterator(&stream, "1", StreamStart::Oldest).await.unwrap();
+    let mut garbled = it.clone();
+    garbled.replace_range(0..2, "ff");
+    let e = db.get_stream_records(&garbled, 10).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ParameterInvalid);
+    assert!(e.message().contains("not a shard iterator"), "{e}");
+    let e = db.get_stream_records(&it, 0).await.unwrap_err();
+    assert!(e.message().contains("1 to 1000"), "{e}");
+    // Disabled, then enabled again: a new stream; the old one's iterators are refused.
+    db.set_stream("t", None).await.unwrap();
+    assert!(db.list_streams(None).await.unwrap().is_empty());
+    db.set_stream("t", Some(StreamSpec::new(2))).await.unwrap();
+    let e = db.get_stream_records(&it, 10).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ObjectNotExist, "{e}");
+    // A table with a stream is not archived.
+    let to = RemoteLocation::new(_dir.path().join("archive").to_str().unwrap());
+    let e = db.archive_table("t", &to, &|_| {}).await.unwrap_err();
+    assert!(e.message().contains("change stream"), "{e}");
+}
