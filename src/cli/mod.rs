@@ -7,369 +7,29 @@
 //! Invariant: flags and output formats are only ever extended, never
 //! changed.
 
+mod args;
 mod demo;
 mod import;
 pub mod json;
 mod series;
 mod sql;
 mod stdout;
+mod stream;
 mod transfer;
 mod write;
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use serde_json::{Value as Json, json};
 
+pub use self::args::{Cli, Command, OptionArgs, ReadArgs, SeriesArgs};
 use crate::Database;
 use crate::error::{Error, Result};
 use crate::model::api::{GetRange, GetRow};
-use crate::model::row::ReadOptions;
-use crate::model::schema::{OptionsUpdate, TableOptions, TableSchema};
+use crate::model::schema::{TableOptions, TableSchema};
 use crate::model::types::PkType;
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "cellar",
-    version,
-    about = "Cellar: a wide-column table engine (Tablestore data model)"
-)]
-/// The `cellar` command line, as parsed.
-pub struct Cli {
-    /// Data directory [default: $CELLAR_DATA, else ./cellar-data]
-    #[arg(long, global = true)]
-    pub data: Option<PathBuf>,
-    /// Decode segments written before segment checksums (unchecked); `compact`
-    /// with it rewrites a table's old segments with checksums
-    #[arg(long, global = true)]
-    pub legacy_segments: bool,
-    /// Memory the database may use: memtables, write buffer, mapped
-    /// segment pages, archive cache (`DbOptions::memory_budget`), as
-    /// 512MiB, 2GiB or 1GB [default: 512MiB]
-    #[arg(long, global = true, value_name = "SIZE")]
-    pub memory: Option<String>,
-    /// Open the data directory for reading only, beside the process that
-    /// holds it for writing: takes no lock, writes nothing, and sees what
-    /// was written when each command or statement began; changes are refused
-    #[arg(long, global = true)]
-    pub read_only: bool,
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// Table option flags (`create`, `alter`).
-#[derive(Args, Debug, Default)]
-pub struct OptionArgs {
-    /// Time to live in seconds (-1: never expire)
-    #[arg(long, allow_negative_numbers = true)]
-    ttl: Option<i64>,
-    /// Versions kept per cell (>= 1)
-    #[arg(long)]
-    max_versions: Option<u32>,
-    /// How far a written version may be from now, in seconds (> 0)
-    #[arg(long, allow_negative_numbers = true)]
-    max_version_offset: Option<i64>,
-    /// Whether UpdateRow is allowed
-    #[arg(long, value_parser = parse_bool)]
-    allow_update: Option<bool>,
-}
-
-impl OptionArgs {
-    fn update(&self) -> OptionsUpdate {
-        OptionsUpdate {
-            ttl_secs: self.ttl,
-            max_versions: self.max_versions,
-            max_version_offset_secs: self.max_version_offset,
-            allow_update: self.allow_update,
-        }
-    }
-}
-
-fn parse_bool(s: &str) -> std::result::Result<bool, String> {
-    match s {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(format!("'{s}' is not true or false")),
-    }
-}
-
-/// Read flags (`get`, `scan`).
-#[derive(Args, Debug)]
-pub struct ReadArgs {
-    /// Columns to return, comma-separated (default: all)
-    #[arg(long, value_delimiter = ',')]
-    columns: Option<Vec<String>>,
-    /// Newest versions per cell to return (default 1)
-    #[arg(long, conflicts_with = "time_range")]
-    max_versions: Option<u32>,
-    /// Versions in [START_MS, END_MS) only
-    #[arg(long, value_name = "START_MS,END_MS", allow_hyphen_values = true)]
-    time_range: Option<String>,
-    /// Only rows that pass FILTER_JSON: {"column":C,"op":"=","value":V,"pass_if_missing":true,
-    /// "latest_version_only":true}, {"and":[F,...]}, {"or":[F,...]}, {"not":F},
-    /// {"column_page":{"offset":N,"limit":N}}
-    #[arg(long, value_name = "FILTER_JSON")]
-    filter: Option<String>,
-    /// First column to return (inclusive), to page through a wide row
-    #[arg(long)]
-    start_column: Option<String>,
-    /// Column to stop before (exclusive)
-    #[arg(long)]
-    end_column: Option<String>,
-    /// Print the capacity units consumed on stderr: {"cu":{"read":R,"write":W}}
-    #[arg(long)]
-    cu: bool,
-}
-
-impl ReadArgs {
-    fn options(&self) -> Result<ReadOptions> {
-        let time_range = match &self.time_range {
-            None => None,
-            Some(s) => {
-                let parts: Vec<_> = s.split(',').map(|p| p.trim().parse::<i64>()).collect();
-                match parts.as_slice() {
-                    [Ok(a), Ok(b)] => Some((*a, *b)),
-                    _ => {
-                        return Err(Error::param(format!(
-                            "--time-range '{s}' must be START_MS,END_MS (two integers, milliseconds)"
-                        )));
-                    }
-                }
-            }
-        };
-        let filter = match &self.filter {
-            Some(f) => Some(json::parse_filter(&parse_json(f, "--filter")?)?),
-            None => None,
-        };
-        Ok(ReadOptions {
-            columns_to_get: self.columns.clone(),
-            max_versions: self.max_versions,
-            time_range,
-            start_column: self.start_column.clone(),
-            end_column: self.end_column.clone(),
-            filter,
-        })
-    }
-}
-
-/// `cellar create`'s series flags.
-#[derive(Args, Debug)]
-pub struct SeriesArgs {
-    /// Create a series of monthly tables NAME_YYYYMM instead of one table (accepted: monthly)
-    #[arg(long, value_name = "monthly")]
-    series: Option<String>,
-    /// The column (INTEGER, ms since the epoch) whose month a row goes to, as COL or
-    /// COL:timestamp (SQL then shows it as a TIMESTAMP); default: the write time
-    #[arg(long, requires = "series", value_name = "COL[:timestamp]")]
-    time_column: Option<String>,
-    /// `cellar maintain` archives months this many months old (to --archive-to)
-    #[arg(long, requires = "series")]
-    archive_after_months: Option<u32>,
-    /// `cellar maintain` drops months this many months old, with their archives
-    #[arg(long, requires = "series")]
-    drop_after_months: Option<u32>,
-    /// Where months are archived: s3://BUCKET/PREFIX, file:///PATH or a directory
-    #[arg(long, requires = "series")]
-    archive_to: Option<String>,
-}
-
-/// A `cellar` command.
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Create a table
-    Create {
-        /// Table name
-        table: String,
-        /// Primary key: NAME:TYPE[,NAME:TYPE...], TYPE integer | string | binary
-        #[arg(long)]
-        pk: String,
-        /// Make this INTEGER primary-key column (not the first) auto-increment:
-        /// writes pass {"auto_increment":true} and get the assigned value back
-        #[arg(long, value_name = "NAME")]
-        auto_increment: Option<String>,
-        /// Table options
-        #[command(flatten)]
-        options: OptionArgs,
-        /// Series settings
-        #[command(flatten)]
-        series: SeriesArgs,
-        /// Where the S3 server of --archive-to is
-        #[command(flatten)]
-        remote: transfer::RemoteArgs,
-    },
-    /// Change table options (of a series: of its months and new ones, and its ages and archive target)
-    Alter {
-        /// Table or series name
-        table: String,
-        /// Table options
-        #[command(flatten)]
-        options: OptionArgs,
-        /// A series: archive months this many months old (`cellar maintain`)
-        #[arg(long)]
-        archive_after_months: Option<u32>,
-        /// A series: drop months this many months old, with their archives
-        #[arg(long)]
-        drop_after_months: Option<u32>,
-        /// A series: where months are archived from now on
-        #[arg(long, value_name = "URL")]
-        archive_to: Option<String>,
-        /// Where the S3 server of --archive-to is
-        #[command(flatten)]
-        remote: transfer::RemoteArgs,
-    },
-    /// Drop a table and its data
-    Drop {
-        /// Table name
-        table: String,
-        /// For an archived table: drop it and leave its archive in place
-        #[arg(long, conflicts_with = "delete_archive")]
-        keep_archive: bool,
-        /// For an archived table: drop it and delete its archive's objects
-        #[arg(long)]
-        delete_archive: bool,
-        /// For a series: drop it with all its months (archived months as
-        /// --keep-archive or --delete-archive say; without either, refused)
-        #[arg(long)]
-        cascade: bool,
-    },
-    /// List table (and series) names, one per line, sorted
-    List {
-        /// One JSON object per table and series instead: table, kind
-        /// (table, series, month), series, state (local or archived),
-        /// location and endpoint (of its archive)
-        #[arg(long)]
-        long: bool,
-    },
-    /// Print a table's (or a series' with its months) definition as JSON
-    Describe {
-        /// Table or series name
-        table: String,
-        /// Add storage counters under "stats"
-        #[arg(long)]
-        stats: bool,
-        /// Add the bytes each column takes in the table's segments (from
-        /// their Parquet footers) under "column_sizes", largest first
-        #[arg(long)]
-        sizes: bool,
-    },
-    /// Apply NDJSON operations from FILE or stdin
-    Write {
-        /// Table name
-        table: String,
-        /// NDJSON file of operations (default: stdin)
-        file: Option<PathBuf>,
-        /// How to run it
-        #[command(flatten)]
-        args: write::WriteArgs,
-    },
-    /// Load a CSV, Parquet or NDJSON file into a table or series (as COPY t FROM 'file')
-    Import(import::ImportArgs),
-    /// Print one row as JSON, or null
-    Get {
-        /// Table name
-        table: String,
-        /// Primary key, a JSON object of every key column
-        pk: String,
-        /// What to read
-        #[command(flatten)]
-        read: ReadArgs,
-    },
-    /// Print rows of a key range, one JSON row per line
-    Scan {
-        /// Table name
-        table: String,
-        /// Start bound (inclusive), a JSON object of PK columns
-        #[arg(long)]
-        start: Option<String>,
-        /// End bound (exclusive), a JSON object of PK columns
-        #[arg(long)]
-        end: Option<String>,
-        /// Scan from high keys to low
-        #[arg(long)]
-        backward: bool,
-        /// Most rows to print
-        #[arg(long)]
-        limit: Option<usize>,
-        /// What to read
-        #[command(flatten)]
-        read: ReadArgs,
-    },
-    /// Full compaction now; waits until done
-    Compact {
-        /// Table name
-        table: String,
-    },
-    /// Verify every file of the database (or of one table) against its
-    /// checksums; exit 3 when something is damaged
-    Check {
-        /// Only this table's files (and the catalog)
-        table: Option<String>,
-        /// Also decode segments written before segment checksums, whole
-        /// (without it they are listed as a note)
-        #[arg(long)]
-        legacy: bool,
-    },
-    /// Write a table as plain Parquet files to an empty directory or S3 prefix
-    Export {
-        /// Table name
-        table: String,
-        /// Where: s3://BUCKET[/PREFIX], file:///PATH or a local directory
-        #[arg(long)]
-        to: String,
-        /// Export settings
-        #[command(flatten)]
-        export: transfer::ExportArgs,
-        /// Where the S3 server is
-        #[command(flatten)]
-        remote: transfer::RemoteArgs,
-    },
-    /// Move a table's data to an object store (S3 or a directory), where it
-    /// stays queryable and read-only
-    Archive {
-        /// Table name
-        table: String,
-        /// Where: s3://BUCKET[/PREFIX], file:///PATH or a local directory
-        #[arg(long)]
-        to: String,
-        /// No progress bar
-        #[arg(long)]
-        quiet: bool,
-        /// Where the S3 server is
-        #[command(flatten)]
-        remote: transfer::RemoteArgs,
-    },
-    /// Archive and drop the months of every series that passed their ages;
-    /// one JSON line per step; exit 1 when a step failed
-    Maintain {
-        /// No progress bar
-        #[arg(long)]
-        quiet: bool,
-    },
-    /// Bring an archived table back into the data directory, writable
-    Restore {
-        /// Table name
-        table: String,
-        /// No progress bar
-        #[arg(long)]
-        quiet: bool,
-    },
-    /// Create the demo dataset on the data directory and run the demo queries
-    Demo,
-    /// Run SQL: -c statements, -f files, else stdin, or a REPL on a terminal
-    Sql {
-        /// SQL to run (repeatable; each may hold several statements)
-        #[arg(short = 'c', long = "command", value_name = "SQL")]
-        command: Vec<String>,
-        /// A file of SQL statements (repeatable)
-        #[arg(short = 'f', long = "file", value_name = "FILE")]
-        file: Vec<PathBuf>,
-        /// Output format of result sets
-        #[arg(long, value_enum, default_value = "table")]
-        format: sql::Format,
-    },
-}
 
 /// Runs the CLI; returns the process exit code.
 pub fn main() -> i32 {
@@ -405,7 +65,7 @@ pub fn main() -> i32 {
 fn only_reads(command: &Command) -> bool {
     match command {
         Command::List { .. } | Command::Describe { .. } | Command::Get { .. } | Command::Scan { .. } => true,
-        Command::Check { .. } | Command::Export { .. } => true,
+        Command::Check { .. } | Command::Export { .. } | Command::Stream { .. } => true,
         Command::Sql { command, file, .. } if !command.is_empty() || !file.is_empty() => {
             let files: Option<Vec<String>> = file.iter().map(|f| std::fs::read_to_string(f).ok()).collect();
             files.is_some_and(|files| command.iter().chain(&files).all(|s| sql::only_queries(s)))
@@ -479,6 +139,7 @@ fn changes(command: &Command) -> Option<&'static str> {
         Command::Restore { .. } => "restore",
         Command::Demo => "demo",
         Command::List { .. }
+        | Command::Stream { .. }
         | Command::Describe { .. }
         | Command::Get { .. }
         | Command::Scan { .. }
@@ -498,8 +159,16 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             auto_increment,
             options,
             series,
+            stream,
             remote,
         } => {
+            let stream = stream.change();
+            if !stream.is_empty() && series.series.is_some() {
+                return Err(Error::param(
+                    "--stream is for a table; a series' months have no streams (yet): create the series without it",
+                ));
+            }
+            let name = table.clone();
             let mut schema = TableSchema::new(table);
             for part in pk.split(',') {
                 let (name, ty) = part.split_once(':').ok_or_else(|| {
@@ -514,7 +183,14 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             }
             let opts = options.update().apply(&TableOptions::default());
             match series.series.as_deref() {
-                None => db.create_table(schema, opts).await?,
+                None => {
+                    db.create_table(schema, opts).await?;
+                    if let Err(e) = db.change_stream(&name, stream).await {
+                        // Not half made: the table goes again.
+                        db.drop_table(&name).await?;
+                        return Err(e);
+                    }
+                }
                 Some(kind) if kind.eq_ignore_ascii_case("monthly") => {
                     let (time_column, time_is_timestamp) =
                         match series.time_column.as_deref().map(|c| c.split_once(':')) {
@@ -550,8 +226,10 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             archive_after_months,
             drop_after_months,
             archive_to,
+            stream,
             remote,
         } => {
+            let stream = stream.change();
             let change = crate::SeriesUpdate {
                 archive_after_months,
                 drop_after_months,
@@ -565,6 +243,14 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 )));
             } else {
                 db.alter_table(&table, options.update()).await?;
+            }
+            if !stream.is_empty() {
+                if db.series(&table).is_ok() {
+                    return Err(Error::param(format!(
+                        "--stream is for a table; series '{table}' has no stream (yet)"
+                    )));
+                }
+                db.change_stream(&table, stream).await?;
             }
         }
         Command::Drop {
@@ -756,6 +442,12 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         Command::Demo => {
             drop(out);
             demo::run(db).await?;
+        }
+        Command::Stream {
+            table, since, follow, ..
+        } => {
+            drop(out);
+            stream::run(db, &table, since, follow).await?;
         }
         Command::Sql { command, file, format } => {
             drop(out);

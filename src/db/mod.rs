@@ -50,8 +50,9 @@ use self::inner::DbInner;
 pub use self::maintain::{MaintenanceAction, MaintenanceStep};
 pub use self::series::{Series, SeriesOptions, SeriesUpdate};
 pub use self::stream::{
-    MAX_STREAM_EXPIRATION_HOURS, MAX_STREAM_RECORDS, SequenceInfo, ShardInfo, StreamAction, StreamColumn,
-    StreamDescription, StreamInfo, StreamRecord, StreamRecords, StreamSpec, StreamStart,
+    DEFAULT_STREAM_EXPIRATION_HOURS, MAX_STREAM_EXPIRATION_HOURS, MAX_STREAM_RECORDS, SequenceInfo, ShardInfo,
+    StreamAction, StreamChange, StreamColumn, StreamDescription, StreamInfo, StreamRecord, StreamRecords, StreamSpec,
+    StreamStart,
 };
 use self::table::Table;
 pub(crate) use self::writer::Writer;

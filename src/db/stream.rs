@@ -23,6 +23,29 @@ use crate::model::row::{Action, Mutation};
 use crate::model::types::{PrimaryKey, Value};
 use crate::stream::{LogPosition, StreamLog};
 
+/// A change of a table's stream settings, as `ALTER TABLE .. SET (stream
+/// = .., stream_expiration_hours = .., stream_columns = ..)` and `cellar
+/// alter --stream ..` give it: what is not given stays.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamChange {
+    /// Enable (true) or disable (false) the stream.
+    pub enable: Option<bool>,
+    /// Hours records are kept.
+    pub expiration_hours: Option<u32>,
+    /// Columns whose previous values records carry.
+    pub columns: Option<Vec<String>>,
+}
+
+impl StreamChange {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == StreamChange::default()
+    }
+}
+
+/// How long a stream enabled without an expiration keeps records.
+pub const DEFAULT_STREAM_EXPIRATION_HOURS: u32 = 24;
+
 /// Longest expiration a stream accepts, in hours (Tablestore's limit).
 pub const MAX_STREAM_EXPIRATION_HOURS: u32 = 168;
 
@@ -261,6 +284,49 @@ impl Database {
             }
         }
         Ok(())
+    }
+
+    /// The table's stream settings, `None` when it has no stream.
+    pub async fn stream_spec(&self, table: &str) -> Result<Option<StreamSpec>> {
+        let t = self.table_inner(table)?;
+        let cat = self.inner.catalog.lock().await;
+        Ok(cat
+            .1
+            .tables
+            .iter()
+            .find(|e| e.id == t.id)
+            .and_then(|e| e.stream.as_ref().map(|s| s.spec.clone())))
+    }
+
+    /// Applies a [`StreamChange`]: enables, disables or changes the
+    /// table's stream; settings without `enable` change an enabled stream
+    /// and are refused for a table without one.
+    pub async fn change_stream(&self, table: &str, change: StreamChange) -> Result<()> {
+        if change.is_empty() {
+            return Ok(());
+        }
+        let current = self.stream_spec(table).await?;
+        let settings = change.expiration_hours.is_some() || change.columns.is_some();
+        match (change.enable, current) {
+            (Some(false), _) if settings => Err(Error::param(format!(
+                "stream settings were given with the stream of '{table}' disabled; give them with stream = true, \
+                 or leave them out to disable it"
+            ))),
+            (Some(false), _) => self.set_stream(table, None).await,
+            (None, None) => Err(Error::param(format!(
+                "table '{table}' has no stream to change; enable it with stream = true (`--stream true`)"
+            ))),
+            (_, current) => {
+                let spec = StreamSpec {
+                    expiration_hours: change
+                        .expiration_hours
+                        .or(current.as_ref().map(|c| c.expiration_hours))
+                        .unwrap_or(DEFAULT_STREAM_EXPIRATION_HOURS),
+                    columns: change.columns.or(current.map(|c| c.columns)).unwrap_or_default(),
+                };
+                self.set_stream(table, Some(spec)).await
+            }
+        }
     }
 
     /// ListStream: the enabled streams, of one table or of all.

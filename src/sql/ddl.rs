@@ -101,7 +101,7 @@ fn options_update(opts: &[SqlOption]) -> DfResult<OptionsUpdate> {
             other => {
                 return Err(plan_err(format!(
                     "unknown table option '{other}'; accepted: ttl (seconds, -1 = never), max_versions, max_version_offset (seconds), allow_update, \
-                     auto_increment = 'column' (at creation), \
+                     auto_increment = 'column' (at creation), stream (true/false), stream_expiration_hours, stream_columns = 'a,b', \
                      and for a series: series = 'monthly', time_column, archive_after_months, drop_after_months, archive_to, \
                      archive_endpoint, archive_region, archive_allow_http"
                 )));
@@ -269,10 +269,13 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
             }
             let mut series = None;
             let mut auto_increment = None;
+            let mut stream = crate::StreamChange::default();
             let update = match &ct.table_options {
                 CreateTableOptions::None => OptionsUpdate::default(),
                 CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => {
-                    let (rest, s) = split_series_options(o)?;
+                    let (rest, change) = super::stream_options::split(o)?;
+                    stream = change;
+                    let (rest, s) = split_series_options(&rest)?;
                     series = s;
                     let mut others = Vec::new();
                     for o in rest {
@@ -343,10 +346,22 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                 schema = schema.auto_increment(&col).map_err(df_err)?;
             }
             let options = update.apply(&TableOptions::default());
+            if series.is_some() && !stream.is_empty() {
+                return Err(plan_err(format!(
+                    "stream options are for a table; series '{name}' and its months have no streams (yet)"
+                )));
+            }
             let created = match series {
                 Some(series) => db.create_series(schema, options, series).await,
                 None => db.create_table(schema, options).await,
             };
+            if created.is_ok()
+                && let Err(e) = db.change_stream(&name, stream).await
+            {
+                // Not half made: the table goes again.
+                db.drop_table(&name).await.map_err(df_err)?;
+                return Err(df_err(e));
+            }
             match created {
                 Ok(()) => Ok(done("CREATE TABLE")),
                 Err(e) if e.kind() == ErrorKind::ObjectAlreadyExist && ct.if_not_exists => Ok(done("CREATE TABLE")),
@@ -390,7 +405,9 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                     | AlterTableOperation::SetTblProperties {
                         table_properties: options,
                     } => {
-                        db.alter_table(&name, options_update(options)?).await.map_err(df_err)?;
+                        let (rest, stream) = super::stream_options::split(options)?;
+                        db.alter_table(&name, options_update(&rest)?).await.map_err(df_err)?;
+                        db.change_stream(&name, stream).await.map_err(df_err)?;
                     }
                     other => {
                         return Err(plan_err(format!(

@@ -84,6 +84,7 @@ mod prune;
 pub(crate) mod pushdown;
 mod scan_exec;
 mod series;
+mod stream_options;
 mod text;
 mod url_stores;
 mod versions;

@@ -336,3 +336,97 @@ async fn bad_stream_input_is_refused_clearly() {
     let e = db.archive_table("t", &to, &|_| {}).await.unwrap_err();
     assert!(e.message().contains("change stream"), "{e}");
 }
+
+/// The command line: `--stream` flags on create and alter, `cellar
+/// stream` printing NDJSON records, SQL options; bad values refused and
+/// a create that fails on them leaves no table.
+#[test]
+fn stream_from_the_command_line_and_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("db");
+    let (code, _, err) = run_cli(
+        &data,
+        &[
+            "create",
+            "t",
+            "--pk",
+            "k:integer",
+            "--stream",
+            "true",
+            "--stream-expiration-hours",
+            "2",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let ops = concat!(
+        r#"{"op":"put","pk":{"k":1},"columns":{"a":1,"s":"x"}}"#,
+        "\n",
+        r#"{"op":"update","pk":{"k":1},"delete_all":["a"]}"#,
+        "\n",
+        r#"{"op":"delete","pk":{"k":1}}"#,
+        "\n"
+    );
+    let (code, _, err) = run_cli(&data, &["write", "t"], ops);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run_cli(&data, &["stream", "t"], "");
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let actions: Vec<&str> = lines.iter().map(|l| l["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["PUT_ROW", "UPDATE_ROW", "DELETE_ROW"], "{out}");
+    assert_eq!(lines[0]["pk"], serde_json::json!({"k": 1}));
+    assert_eq!(lines[0]["columns"][0]["name"], "a");
+    assert_eq!(lines[0]["columns"][0]["value"], 1);
+    assert_eq!(lines[1]["columns"][0]["type"], "delete_all_versions");
+    assert!(lines[1]["sequence"]["timestamp"].as_u64() > lines[0]["sequence"]["timestamp"].as_u64());
+    // From a time after every record: nothing.
+    let (code, out, _) = run_cli(&data, &["stream", "t", "--since", "99999999999999"], "");
+    assert_eq!((code, out.as_str()), (0, ""));
+    cli_fails(
+        &data,
+        &["alter", "t", "--stream-expiration-hours", "200"],
+        2,
+        &["1 to 168"],
+    );
+    cli_fails(&data, &["alter", "t", "--stream", "maybe"], 2, &["true or false"]);
+    // A create refused for its stream settings leaves no table.
+    cli_fails(
+        &data,
+        &["create", "u", "--pk", "k:integer", "--stream-expiration-hours", "3"],
+        2,
+        &["no stream to change"],
+    );
+    let (_, list, _) = run_cli(&data, &["list"], "");
+    assert_eq!(list, "t\n");
+    let (code, _, err) = run_cli(&data, &["alter", "t", "--stream", "false"], "");
+    assert_eq!(code, 0, "{err}");
+    cli_fails(&data, &["stream", "t"], 2, &["has no change stream", "--stream true"]);
+    // SQL.
+    let (code, _, err) = run_cli(
+        &data,
+        &[
+            "sql",
+            "-c",
+            "CREATE TABLE v (k BIGINT, x BIGINT, PRIMARY KEY (k)) WITH (stream = true, stream_expiration_hours = 5); \
+             INSERT INTO v VALUES (1, 10), (2, 20); ALTER TABLE v SET (stream_expiration_hours = 6)",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run_cli(&data, &["stream", "v"], "");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (code, _, err) = run_cli(
+        &data,
+        &[
+            "sql",
+            "-c",
+            "CREATE TABLE w (k BIGINT, PRIMARY KEY (k)) WITH (stream = true, stream_expiration_hours = 0)",
+        ],
+        "",
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("1 to 168"), "{err}");
+    let (_, list, _) = run_cli(&data, &["list"], "");
+    assert_eq!(list, "t\nv\n");
+}

@@ -1,0 +1,95 @@
+//! `cellar stream TABLE`: a table's change stream records as NDJSON.
+//!
+//! One line per record, in commit order:
+//! `{"action":"PUT_ROW"|"UPDATE_ROW"|"DELETE_ROW","pk":{..},"columns":[..],
+//! "sequence":{"epoch":0,"timestamp":US,"row_index":N},"shard":"ID"}`, each
+//! column `{"name":C,"type":"put","value":V,"version":MS}`,
+//! `{"name":C,"type":"delete_one_version","version":MS}` or
+//! `{"name":C,"type":"delete_all_versions"}`.
+//!
+//! Invariant: each record is printed once, in its shard's order; without
+//! `--follow` the command ends at the last record synced when it read.
+
+use std::io::Write;
+
+use serde_json::{Value as Json, json};
+
+use super::json::{pk_json, value_json};
+use super::stdout;
+use crate::error::{Error, Result};
+use crate::{Database, StreamAction, StreamColumn, StreamRecord, StreamStart};
+
+/// Records read per GetStreamRecord.
+const PAGE: usize = 1000;
+
+/// How long `--follow` waits when the shard has nothing new.
+const FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+pub(super) async fn run(db: &Database, table: &str, since: Option<i64>, follow: bool) -> Result<()> {
+    let Some(info) = db.list_streams(Some(table)).await?.into_iter().next() else {
+        return Err(Error::param(format!(
+            "table '{table}' has no change stream; enable it with `cellar alter {table} --stream true` (or \
+             ALTER TABLE {table} SET (stream = true))"
+        )));
+    };
+    let description = db.describe_stream(&info.stream_id).await?;
+    let start = since.map_or(StreamStart::Oldest, StreamStart::AtMs);
+    let mut out = stdout::stdout();
+    for shard in &description.shards {
+        let mut it = db.shard_iterator(&info.stream_id, &shard.shard_id, start).await?;
+        loop {
+            let page = db.get_stream_records(&it, PAGE).await?;
+            for r in &page.records {
+                writeln!(out, "{}", record_json(r, &shard.shard_id)).map_err(|e| Error::io("write to stdout", e))?;
+            }
+            let empty = page.records.is_empty();
+            match page.next_iterator {
+                Some(next) => it = next,
+                None => break,
+            }
+            if empty {
+                if !follow {
+                    break;
+                }
+                out.flush().map_err(|e| Error::io("write to stdout", e))?;
+                tokio::select! {
+                    _ = tokio::time::sleep(FOLLOW_WAIT) => {}
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One record as a JSON line (see the module docs).
+pub(crate) fn record_json(r: &StreamRecord, shard: &str) -> Json {
+    let columns: Vec<Json> = r
+        .columns
+        .iter()
+        .map(|c| match c {
+            StreamColumn::Put { name, value, version } => {
+                json!({"name": name, "type": "put", "value": value_json(value), "version": version})
+            }
+            StreamColumn::DeleteOneVersion { name, version } => {
+                json!({"name": name, "type": "delete_one_version", "version": version})
+            }
+            StreamColumn::DeleteAllVersions { name } => json!({"name": name, "type": "delete_all_versions"}),
+        })
+        .collect();
+    json!({
+        "action": match r.action {
+            StreamAction::PutRow => "PUT_ROW",
+            StreamAction::UpdateRow => "UPDATE_ROW",
+            StreamAction::DeleteRow => "DELETE_ROW",
+        },
+        "pk": pk_json(&r.primary_key),
+        "columns": columns,
+        "sequence": {
+            "epoch": r.sequence.epoch,
+            "timestamp": r.sequence.timestamp_us,
+            "row_index": r.sequence.row_index,
+        },
+        "shard": shard,
+    })
+}
