@@ -317,6 +317,18 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 "allow_update": d.options.allow_update,
             });
             let mut j = j;
+            let stream = match db.list_streams(Some(&table)).await?.into_iter().next() {
+                Some(info) => Some(db.describe_stream(&info.stream_id).await?),
+                None => None,
+            };
+            if let Some(st) = &stream {
+                j["stream"] = json!({
+                    "stream_id": st.stream_id,
+                    "expiration_hours": st.expiration_hours,
+                    "columns": st.columns,
+                    "shards": st.shards.iter().map(|s| s.shard_id.clone()).collect::<Vec<_>>(),
+                });
+            }
             if stats {
                 let s = db.table(&table)?.stats();
                 j["stats"] = json!({
@@ -336,6 +348,9 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     "last_flush_error": s.last_flush_error,
                     "last_compaction_error": s.last_compaction_error,
                 });
+                if let Some(st) = &stream {
+                    j["stats"]["stream_bytes"] = json!(st.bytes);
+                }
             }
             if sizes {
                 let cols = db.table(&table)?.column_sizes().await?;

@@ -203,14 +203,25 @@ impl StreamLog {
     /// one): WAL writes up to it are no longer needed by this log.
     pub fn sync(&self, covered: u64) -> Result<()> {
         self.check()?;
-        let mut w = self.writer.lock();
-        let seq = self.last_seq.load(Ordering::Acquire).max(covered);
-        if let Err(e) = w.wal.sync() {
-            drop(w);
+        // The fsync goes through a handle of its own, outside the
+        // appender's lock: the committer's appends go on meanwhile. Files
+        // before the current one were synced when they were sealed.
+        let (position, seq) = {
+            let w = self.writer.lock();
+            (w.wal.position(), self.last_seq.load(Ordering::Acquire).max(covered))
+        };
+        if *self.readable.lock() == position && self.synced_seq() >= seq {
+            return Ok(());
+        }
+        let path = self.dir.join(wal::file_name(position.0));
+        let synced = std::fs::File::open(&path).and_then(|f| f.sync_data());
+        if let Err(e) = synced {
+            let e = Error::io(format!("fsync stream log {}", path.display()), e);
             self.failed.lock().get_or_insert(e.to_string());
             return Err(e);
         }
-        *self.readable.lock() = w.wal.position();
+        let mut readable = self.readable.lock();
+        *readable = (*readable).max(position);
         self.synced_seq.fetch_max(seq, Ordering::AcqRel);
         Ok(())
     }

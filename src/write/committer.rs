@@ -586,6 +586,13 @@ fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &
             logs.push((w.table.id, log));
         }
     }
+    if let [(id, log)] = &logs[..]
+        && group.iter().all(|w| w.table.id == *id)
+    {
+        // The whole group is one table's: its stream record is the WAL's.
+        log.append_or_fail(payload, first, first + group.len() as u64 - 1, commit_us);
+        return;
+    }
     for (id, log) in logs {
         payload.clear();
         wal::encode_group_header(payload, commit_us);

@@ -378,7 +378,21 @@ fn stream_from_the_command_line_and_sql() {
     assert_eq!(lines[0]["columns"][0]["name"], "a");
     assert_eq!(lines[0]["columns"][0]["value"], 1);
     assert_eq!(lines[1]["columns"][0]["type"], "delete_all_versions");
-    assert!(lines[1]["sequence"]["timestamp"].as_u64() > lines[0]["sequence"]["timestamp"].as_u64());
+    let seq = |l: &serde_json::Value| {
+        (
+            l["sequence"]["timestamp"].as_u64().unwrap(),
+            l["sequence"]["row_index"].as_u64().unwrap(),
+        )
+    };
+    assert!(
+        seq(&lines[0]) < seq(&lines[1]) && seq(&lines[1]) < seq(&lines[2]),
+        "{out}"
+    );
+    let (code, out, err) = run_cli(&data, &["describe", "t", "--stats"], "");
+    assert_eq!(code, 0, "{err}");
+    let d: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(d["stream"]["expiration_hours"], 2, "{d}");
+    assert!(d["stats"]["stream_bytes"].as_u64().unwrap() > 0, "{d}");
     // From a time after every record: nothing.
     let (code, out, _) = run_cli(&data, &["stream", "t", "--since", "99999999999999"], "");
     assert_eq!((code, out.as_str()), (0, ""));
