@@ -464,7 +464,7 @@ impl Database {
         let log = table.stream.read().clone().ok_or_else(|| {
             Error::new(
                 ErrorKind::ObjectNotExist,
-                format!("stream '{stream_id}' is not open here (a read-only open does not read streams)"),
+                format!("stream '{stream_id}' has no log here (its table is archived)"),
             )
         })?;
         Ok((table, state, log))

@@ -45,7 +45,9 @@ const FILE_BYTES: u64 = 16 << 20;
 /// One shard's log (see the module docs).
 pub(crate) struct StreamLog {
     dir: PathBuf,
-    writer: Mutex<Appender>,
+    /// `None`: a log read beside the process that writes it (see
+    /// [`StreamLog::open_live`]).
+    writer: Option<Mutex<Appender>>,
     /// What readers may read: the end of the synced records.
     readable: Mutex<(u64, usize)>,
     /// The highest sequence appended.
@@ -99,17 +101,49 @@ impl StreamLog {
         Ok(Arc::new(StreamLog {
             dir: dir.to_path_buf(),
             readable: Mutex::new(readable),
-            writer: Mutex::new(Appender {
+            writer: Some(Mutex::new(Appender {
                 wal: writer,
                 times,
                 time: 0,
-            }),
+            })),
             last_seq: AtomicU64::new(last_seq),
             synced_seq: AtomicU64::new(last_seq),
             last_commit_us: AtomicU64::new(last_commit_us),
             failed: Mutex::new(None),
             expiration_us: AtomicU64::new(u64::MAX),
         }))
+    }
+
+    /// The log in `dir` read beside the process that writes it (a
+    /// read-only open): nothing is created or changed, and reads go up to
+    /// the newest whole record, synced or not. A power cut may take back
+    /// a tail such a reader saw; the writer's next open puts the same
+    /// records back, in new places, so a reader that saw them sees them
+    /// again (at least once, not exactly once, after a power cut).
+    pub fn open_live(dir: &Path) -> Arc<StreamLog> {
+        Arc::new(StreamLog {
+            dir: dir.to_path_buf(),
+            writer: None,
+            readable: Mutex::new((u64::MAX, usize::MAX)),
+            last_seq: AtomicU64::new(0),
+            synced_seq: AtomicU64::new(0),
+            last_commit_us: AtomicU64::new(0),
+            failed: Mutex::new(None),
+            expiration_us: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// The appender, or the refusal of a change to a live log.
+    fn appender(&self) -> Result<parking_lot::MutexGuard<'_, Appender>> {
+        self.writer.as_ref().map(|w| w.lock()).ok_or_else(|| {
+            Error::new(
+                crate::error::ErrorKind::ReadOnly,
+                format!(
+                    "stream log {} is read beside its writer and is not changed here",
+                    self.dir.display()
+                ),
+            )
+        })
     }
 
     /// Sets how long records are kept.
@@ -143,7 +177,7 @@ impl StreamLog {
     /// with sequences from `first_seq` to `max_seq`, all above
     /// [`last_seq`](Self::last_seq).
     pub fn append(&self, payload: &[u8], first_seq: u64, max_seq: u64, commit_us: u64) -> Result<()> {
-        let mut w = self.writer.lock();
+        let mut w = self.appender()?;
         let last = self.last_seq.load(Ordering::Acquire);
         if first_seq <= last {
             return Err(Error::new(
@@ -203,11 +237,14 @@ impl StreamLog {
     /// one): WAL writes up to it are no longer needed by this log.
     pub fn sync(&self, covered: u64) -> Result<()> {
         self.check()?;
+        if self.writer.is_none() {
+            return Ok(());
+        }
         // The fsync goes through a handle of its own, outside the
         // appender's lock: the committer's appends go on meanwhile. Files
         // before the current one were synced when they were sealed.
         let (position, seq) = {
-            let w = self.writer.lock();
+            let w = self.appender()?;
             (w.wal.position(), self.last_seq.load(Ordering::Acquire).max(covered))
         };
         if *self.readable.lock() == position && self.synced_seq() >= seq {
@@ -229,7 +266,10 @@ impl StreamLog {
     /// Deletes the oldest sealed files whose every record was committed
     /// before `cutoff_us` (a prefix of the log: it stays contiguous).
     pub fn expire(&self, cutoff_us: u64) -> Result<()> {
-        let mut w = self.writer.lock();
+        if self.writer.is_none() {
+            return Ok(());
+        }
+        let mut w = self.appender()?;
         let mut min_kept = 0;
         for (number, max_seq) in w.wal.sealed().to_vec() {
             let time = w.times.iter().find(|(n, _)| *n == number).map_or(u64::MAX, |(_, t)| *t);
@@ -249,7 +289,7 @@ impl StreamLog {
 
     /// The position of the log's oldest record.
     pub fn start(&self) -> Result<LogPosition> {
-        let first = wal::file_numbers(&self.dir)?.first().copied().unwrap_or(0);
+        let first = self.files()?.first().copied().unwrap_or(0);
         Ok(LogPosition {
             file: first,
             offset: 0,
@@ -264,7 +304,8 @@ impl StreamLog {
     pub fn read(&self, from: LogPosition, limit: usize) -> Result<Option<LogRead>> {
         self.check()?;
         let readable = *self.readable.lock();
-        let numbers = wal::file_numbers(&self.dir)?;
+        let numbers = self.files()?;
+        let newest = numbers.last().copied();
         if from.file < numbers.first().copied().unwrap_or(u64::MAX) && from.file < readable.0 {
             return Ok(None);
         }
@@ -290,7 +331,15 @@ impl StreamLog {
             } else {
                 data.len()
             };
-            while let Some((entries, next)) = wal::read_one_record(&path, &data[..end], at.offset)? {
+            loop {
+                let (entries, next) = match wal::read_one_record(&path, &data[..end], at.offset) {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    // Read beside the writer: the newest file may end in a
+                    // record being appended.
+                    Err(_) if self.writer.is_none() && Some(number) == newest => break,
+                    Err(e) => return Err(e),
+                };
                 let count = entries.len();
                 let take = count.saturating_sub(at.skip).min(limit - out.len());
                 out.extend(
@@ -316,9 +365,18 @@ impl StreamLog {
         Ok(Some((out, at)))
     }
 
+    /// The log's file numbers, ascending (none when its directory is
+    /// not there yet).
+    fn files(&self) -> Result<Vec<u64>> {
+        if !self.dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        wal::file_numbers(&self.dir)
+    }
+
     /// Bytes of the log's files.
     pub fn bytes(&self) -> u64 {
-        wal::file_numbers(&self.dir)
+        self.files()
             .unwrap_or_default()
             .iter()
             .filter_map(|n| std::fs::metadata(self.dir.join(wal::file_name(*n))).ok())

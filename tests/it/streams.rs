@@ -540,3 +540,68 @@ fn sigkill_leaves_every_acknowledged_write_in_the_stream_once() {
         assert_eq!(table, model, "round {round}: the stream replayed is not the table");
     }
 }
+
+/// `cellar --read-only stream` beside the process that writes the table:
+/// it sees every acknowledged write, in order, once; `--follow` prints
+/// writes as they come.
+#[test]
+fn a_stream_is_read_beside_its_writer() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("db");
+    let (code, _, err) = run_cli(&data, &["create", "t", "--pk", "k:integer", "--stream", "true"], "");
+    assert_eq!(code, 0, "{err}");
+    let bin = env!("CARGO_BIN_EXE_cellar");
+    let mut writer = Command::new(bin)
+        .arg("--data")
+        .arg(&data)
+        .args(["write", "t"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = writer.stdin.take().unwrap();
+    let mut acks = BufReader::new(writer.stdout.take().unwrap()).lines();
+    let mut follower = Command::new(bin)
+        .arg("--data")
+        .arg(&data)
+        .args(["--read-only", "stream", "t", "--follow"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut followed = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let value = |l: &str| -> u64 {
+        let j: serde_json::Value = serde_json::from_str(l).unwrap();
+        j["columns"][0]["value"].as_u64().unwrap()
+    };
+    for batch in 0..3u64 {
+        for i in 0..500u64 {
+            let v = batch * 500 + i;
+            writeln!(stdin, r#"{{"op":"put","pk":{{"k":{}}},"columns":{{"v":{v}}}}}"#, v % 77).unwrap();
+        }
+        stdin.flush().unwrap();
+        for _ in 0..500 {
+            let l = acks.next().unwrap().unwrap();
+            assert!(l.contains(r#""ok":true"#), "{l}");
+        }
+        // Everything acknowledged so far, in order, once.
+        let o = Command::new(bin)
+            .arg("--data")
+            .arg(&data)
+            .args(["--read-only", "stream", "t"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got: Vec<u64> = String::from_utf8(o.stdout).unwrap().lines().map(value).collect();
+        assert_eq!(got, (0..(batch + 1) * 500).collect::<Vec<_>>(), "batch {batch}");
+        // The follower has them too.
+        for v in batch * 500..(batch + 1) * 500 {
+            assert_eq!(value(&followed.next().unwrap().unwrap()), v);
+        }
+    }
+    drop(stdin);
+    assert!(writer.wait().unwrap().success());
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+}
