@@ -579,7 +579,13 @@ fn commit_group(
 /// WAL, which then keeps it for the next open to put into the log.
 fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &mut Vec<u8>) {
     let mut logs: Vec<(u64, Arc<crate::stream::StreamLog>)> = Vec::new();
+    // Groups are mostly one table's: look a table up once per run of it.
+    let mut looked_up = u64::MAX;
     for w in group {
+        if w.table.id == looked_up {
+            continue;
+        }
+        looked_up = w.table.id;
         if !logs.iter().any(|(id, _)| *id == w.table.id)
             && let Some(log) = w.table.stream.read().clone()
         {
