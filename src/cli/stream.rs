@@ -34,7 +34,8 @@ pub(super) async fn run(db: &Database, table: &str, since: Option<i64>, follow: 
     };
     let description = db.describe_stream(&info.stream_id).await?;
     let start = since.map_or(StreamStart::Oldest, StreamStart::AtMs);
-    let mut out = stdout::stdout();
+    // Buffered, flushed page by page: a line write each was a system call each.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout::stdout());
     for shard in &description.shards {
         let mut it = db.shard_iterator(&info.stream_id, &shard.shard_id, start).await?;
         loop {
@@ -42,6 +43,7 @@ pub(super) async fn run(db: &Database, table: &str, since: Option<i64>, follow: 
             for r in &page.records {
                 writeln!(out, "{}", record_json(r, &shard.shard_id)).map_err(|e| Error::io("write to stdout", e))?;
             }
+            out.flush().map_err(|e| Error::io("write to stdout", e))?;
             let empty = page.records.is_empty();
             match page.next_iterator {
                 Some(next) => it = next,
@@ -51,7 +53,6 @@ pub(super) async fn run(db: &Database, table: &str, since: Option<i64>, follow: 
                 if !follow {
                     break;
                 }
-                out.flush().map_err(|e| Error::io("write to stdout", e))?;
                 tokio::select! {
                     _ = tokio::time::sleep(FOLLOW_WAIT) => {}
                     _ = tokio::signal::ctrl_c() => return Ok(()),

@@ -61,6 +61,8 @@ pub(crate) struct StreamLog {
     failed: Mutex<Option<String>>,
     /// How long records are kept, in microseconds.
     expiration_us: AtomicU64,
+    /// The last file read, by number (see `StreamLog::file_data`).
+    cache: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
 }
 
 struct Appender {
@@ -111,6 +113,7 @@ impl StreamLog {
             last_commit_us: AtomicU64::new(last_commit_us),
             failed: Mutex::new(None),
             expiration_us: AtomicU64::new(u64::MAX),
+            cache: Mutex::new(None),
         }))
     }
 
@@ -130,6 +133,7 @@ impl StreamLog {
             last_commit_us: AtomicU64::new(0),
             failed: Mutex::new(None),
             expiration_us: AtomicU64::new(u64::MAX),
+            cache: Mutex::new(None),
         })
     }
 
@@ -320,7 +324,7 @@ impl StreamLog {
                 };
             }
             let path = self.dir.join(wal::file_name(number));
-            let data = match std::fs::read(&path) {
+            let data = match self.file_data(number, &path) {
                 Ok(d) => d,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && number == from.file => return Ok(None),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -363,6 +367,31 @@ impl StreamLog {
             }
         }
         Ok(Some((out, at)))
+    }
+
+    /// The bytes of file `number` (at `path`), from the cache of the last
+    /// file read: a reader goes through a file page by page, and reading
+    /// it whole each time cost a copy of up to 16 MiB per page. Files only
+    /// grow (a sealed one never changes), so the cached copy is extended
+    /// by what was appended since.
+    fn file_data(&self, number: u64, path: &Path) -> std::io::Result<Arc<Vec<u8>>> {
+        use std::io::{Read, Seek};
+        let mut cache = self.cache.lock();
+        let len = std::fs::metadata(path)?.len() as usize;
+        match &mut *cache {
+            Some((n, data)) if *n == number && data.len() == len => return Ok(data.clone()),
+            Some((n, data)) if *n == number && data.len() < len => {
+                let mut f = std::fs::File::open(path)?;
+                f.seek(std::io::SeekFrom::Start(data.len() as u64))?;
+                let buf = Arc::make_mut(data);
+                f.take((len - buf.len()) as u64).read_to_end(buf)?;
+                return Ok(data.clone());
+            }
+            _ => {}
+        }
+        let data = Arc::new(std::fs::read(path)?);
+        *cache = Some((number, data.clone()));
+        Ok(data)
     }
 
     /// The log's file numbers, ascending (none when its directory is
