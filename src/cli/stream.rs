@@ -5,7 +5,8 @@
 //! "sequence":{"epoch":0,"timestamp":US,"row_index":N},"shard":"ID"}`, each
 //! column `{"name":C,"type":"put","value":V,"version":MS}`,
 //! `{"name":C,"type":"delete_one_version","version":MS}` or
-//! `{"name":C,"type":"delete_all_versions"}`.
+//! `{"name":C,"type":"delete_all_versions"}`; with origin columns,
+//! `"origin":[{"name":C,"value":V,"version":MS}]` (values before the write).
 //!
 //! Invariant: each record is printed once, in its shard's order; without
 //! `--follow` the command ends at the last record synced when it read.
@@ -65,6 +66,23 @@ pub(super) async fn run(db: &Database, table: &str, since: Option<i64>, follow: 
 
 /// One record as a JSON line (see the module docs).
 pub(crate) fn record_json(r: &StreamRecord, shard: &str) -> Json {
+    let mut j = record_fields(r, shard);
+    if !r.origin.is_empty() {
+        j["origin"] = r
+            .origin
+            .iter()
+            .filter_map(|c| match c {
+                StreamColumn::Put { name, value, version } => {
+                    Some(json!({"name": name, "value": value_json(value), "version": version}))
+                }
+                _ => None,
+            })
+            .collect();
+    }
+    j
+}
+
+fn record_fields(r: &StreamRecord, shard: &str) -> Json {
     let columns: Vec<Json> = r
         .columns
         .iter()

@@ -201,7 +201,15 @@ impl DbInner {
         // A write with an auto-increment placeholder makes a new row (its
         // condition is `ignore`): its increments start from nothing.
         let row = |columns| pk.map(|primary_key| Row { primary_key, columns });
-        if w.reads_row() && !new_row {
+        // A stream that records origin columns needs the row before the
+        // write: such a write reads it, as a checked one does.
+        let origin = t
+            .stream
+            .read()
+            .as_ref()
+            .map(|l| l.origin_columns())
+            .filter(|c| !c.is_empty());
+        if (w.reads_row() || origin.is_some()) && !new_row {
             let (key, _) = validate::precheck(&t.schema, &w)?;
             if !snapshots.iter().any(|(id, _, _)| *id == t.id) {
                 let (snap, chain) = t.checked_snapshot(&self.shared.visible_seq);
@@ -234,6 +242,9 @@ impl DbInner {
                 auto_increment: None,
                 failed,
             };
+            let origin_now = origin
+                .as_ref()
+                .map(|c| crate::write::checked::origin_of(state.as_ref(), c));
             let check = CheckedWrite {
                 at: snap.seq,
                 state,
@@ -242,6 +253,7 @@ impl DbInner {
                 now_ms: now,
                 options: snap.options,
                 failed: accepted.failed.is_some(),
+                origin,
             };
             let pending = PendingWrite {
                 table: t,
@@ -249,6 +261,7 @@ impl DbInner {
                 mutation,
                 auto_increment: None,
                 check: Some(Box::new(check)),
+                origin: origin_now,
             };
             return Ok((pending, accepted));
         }
@@ -275,6 +288,8 @@ impl DbInner {
             mutation: v.mutation,
             auto_increment: v.auto_increment,
             check: None,
+            // A new row (auto-increment): nothing before it.
+            origin: origin.map(|_| Vec::new()),
         };
         Ok((pending, accepted))
     }

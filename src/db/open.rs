@@ -85,8 +85,8 @@ impl Database {
             let Some(t) = loaded.tables.get(&entry.schema.name) else {
                 continue;
             };
-            let hours = entry.stream.as_ref().map_or(1, |s| s.spec.expiration_hours);
-            let log = super::stream::open_log(&root, entry.id, hours, &loaded.stream_entries, max_seq)?;
+            let Some(stream) = &entry.stream else { continue };
+            let log = super::stream::open_log(&root, entry.id, &stream.spec, &loaded.stream_entries, max_seq)?;
             last_commit_us = last_commit_us.max(log.last_commit_us());
             *t.stream.write() = Some(log);
         }

@@ -210,6 +210,10 @@ pub struct StreamRecord {
     pub columns: Vec<StreamColumn>,
     /// Its place in the shard.
     pub sequence: SequenceInfo,
+    /// The origin record: the newest value of each of the stream's
+    /// columns (`StreamSpec::columns`) before the write, as
+    /// [`StreamColumn::Put`]s; a column the row did not have is left out.
+    pub origin: Vec<StreamColumn>,
 }
 
 /// What GetStreamRecord returns.
@@ -249,6 +253,7 @@ impl Database {
             Some(spec) => {
                 spec.validate(&t.schema)?;
                 let hours = spec.expiration_hours;
+                let columns = spec.columns.clone();
                 let enabling = entry.stream.is_none();
                 entry.stream = Some(StreamState {
                     id: entry
@@ -265,12 +270,14 @@ impl Database {
                     remove_dir(&dir)?;
                     let log = StreamLog::open(&dir)?;
                     log.set_expiration_hours(hours);
+                    log.set_origin_columns(columns);
                     self.commit_catalog(&mut cat, next).await?;
                     *t.stream.write() = Some(log);
                 } else {
                     self.commit_catalog(&mut cat, next).await?;
                     if let Some(log) = &*t.stream.read() {
                         log.set_expiration_hours(hours);
+                        log.set_origin_columns(columns);
                     }
                 }
             }
@@ -435,6 +442,12 @@ impl Database {
                     Mutation::Delete => StreamAction::DeleteRow,
                 },
                 columns: columns(e.mutation),
+                origin: e
+                    .origin
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(name, version, value)| StreamColumn::Put { name, value, version })
+                    .collect(),
             });
         }
         Ok(StreamRecords {
@@ -502,12 +515,13 @@ fn trimmed(stream_id: &str) -> Error {
 pub(super) fn open_log(
     root: &std::path::Path,
     id: u64,
-    hours: u32,
+    spec: &StreamSpec,
     entries: &[crate::wal::WalEntry],
     max_seq: u64,
 ) -> Result<Arc<StreamLog>> {
     let log = StreamLog::open(&stream_dir(root, id))?;
-    log.set_expiration_hours(hours);
+    log.set_expiration_hours(spec.expiration_hours);
+    log.set_origin_columns(spec.columns.clone());
     let missing: Vec<_> = entries
         .iter()
         .filter(|e| e.table_id == id && e.seq > log.last_seq())
@@ -515,9 +529,13 @@ pub(super) fn open_log(
     // One record per group (a group's writes share their commit time).
     for group in missing.chunk_by(|a, b| a.commit_us == b.commit_us) {
         let mut payload = Vec::new();
-        crate::wal::encode_group_header(&mut payload, group[0].commit_us);
+        let with_origin = group.iter().any(|e| e.origin.is_some());
+        crate::wal::encode_group_header(&mut payload, group[0].commit_us, with_origin);
         for e in group {
             crate::wal::encode_entry(&mut payload, e.seq, id, &e.key, &e.mutation);
+            if with_origin {
+                crate::wal::encode_origin(&mut payload, e.origin.as_deref().unwrap_or_default());
+            }
         }
         let (first, last) = (group[0].seq, group[group.len() - 1].seq);
         log.append(&payload, first, last, group[0].commit_us)?;

@@ -169,13 +169,23 @@ impl Transaction {
         let now = self.db.now_ms();
         let snap = self.view(&st);
         let reads = w.reads_row();
-        let state = if reads {
+        // The partition is locked: the row as the transaction sees it is
+        // the row at the commit, origin columns included.
+        let origin = self
+            .table
+            .stream
+            .read()
+            .as_ref()
+            .map(|l| l.origin_columns())
+            .filter(|c| !c.is_empty());
+        let state = if reads || origin.is_some() {
             let state = snap.get_state(&key, None).await?;
             condition::check(&self.table.schema, &snap.options, now, &w, state.as_ref())?;
             state
         } else {
             None
         };
+        let origin = origin.map(|c| crate::write::checked::origin_of(state.as_ref(), &c));
         let return_type = w.return_type();
         let pk = (return_type != ReturnType::None).then(|| w.primary_key().clone());
         let v = validate::to_mutation(&self.table.schema, &snap.options, now, w, state.as_ref())?;
@@ -192,8 +202,9 @@ impl Transaction {
         });
         let seq = TXN_SEQ_BASE + st.pending.len() as u64;
         st.mem.insert(v.key.clone(), seq, v.mutation.clone());
-        st.pending
-            .push(PendingWrite::plain(self.table.clone(), v.key, v.mutation));
+        let mut pending = PendingWrite::plain(self.table.clone(), v.key, v.mutation);
+        pending.origin = origin;
+        st.pending.push(pending);
         Ok(WriteResult { consumed, row })
     }
 

@@ -63,6 +63,8 @@ pub(crate) struct StreamLog {
     expiration_us: AtomicU64,
     /// The last file read, by number (see `StreamLog::file_data`).
     cache: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
+    /// Columns whose values before each write its record carries.
+    origin_columns: parking_lot::RwLock<Arc<Vec<String>>>,
 }
 
 struct Appender {
@@ -114,6 +116,7 @@ impl StreamLog {
             failed: Mutex::new(None),
             expiration_us: AtomicU64::new(u64::MAX),
             cache: Mutex::new(None),
+            origin_columns: Default::default(),
         }))
     }
 
@@ -134,6 +137,7 @@ impl StreamLog {
             failed: Mutex::new(None),
             expiration_us: AtomicU64::new(u64::MAX),
             cache: Mutex::new(None),
+            origin_columns: Default::default(),
         })
     }
 
@@ -148,6 +152,16 @@ impl StreamLog {
                 ),
             )
         })
+    }
+
+    /// Sets the columns whose values before each write its record carries.
+    pub fn set_origin_columns(&self, columns: Vec<String>) {
+        *self.origin_columns.write() = Arc::new(columns);
+    }
+
+    /// The columns whose values before each write its record carries.
+    pub fn origin_columns(&self) -> Arc<Vec<String>> {
+        self.origin_columns.read().clone()
     }
 
     /// Sets how long records are kept.
@@ -422,7 +436,7 @@ mod tests {
     /// A group of `n` deletes of keys `k<seq>`, from `first`, at `us`.
     fn group(first: u64, n: u64, us: u64) -> Vec<u8> {
         let mut p = Vec::new();
-        wal::encode_group_header(&mut p, us);
+        wal::encode_group_header(&mut p, us, false);
         for seq in first..first + n {
             wal::encode_entry(&mut p, seq, 9, format!("k{seq}").as_bytes(), &Mutation::Delete);
         }

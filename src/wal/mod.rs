@@ -80,18 +80,41 @@ pub(crate) struct WalEntry {
     /// When its group was committed, in microseconds since the epoch
     /// (0: logged before groups carried it).
     pub commit_us: u64,
+    /// For a stream that records origin columns: their newest values
+    /// before the write (column, version, value).
+    pub origin: Option<Vec<(String, i64, crate::model::types::Value)>>,
 }
 
-/// The version of the group header [`encode_group_header`] writes.
+/// Group header versions: 1, entries as they are; 2, each entry followed
+/// by its origin (see [`encode_origin`]).
 const GROUP_HEADER_VERSION: u64 = 1;
+const GROUP_HEADER_WITH_ORIGINS: u64 = 2;
 
 /// Starts a group's payload with its header: a zero byte (no entry
 /// starts with one: sequences start at 1), the header's version, and the
-/// group's commit time in microseconds.
-pub(crate) fn encode_group_header(out: &mut Vec<u8>, commit_us: u64) {
+/// group's commit time in microseconds. `origins`: every entry is
+/// followed by its origin ([`encode_origin`]).
+pub(crate) fn encode_group_header(out: &mut Vec<u8>, commit_us: u64, origins: bool) {
     codec::put_varint(out, 0);
-    codec::put_varint(out, GROUP_HEADER_VERSION);
+    codec::put_varint(
+        out,
+        if origins {
+            GROUP_HEADER_WITH_ORIGINS
+        } else {
+            GROUP_HEADER_VERSION
+        },
+    );
     codec::put_varint(out, commit_us);
+}
+
+/// An entry's origin: `varint(n)` then `n x (bytes(column) zigzag(version) value)`.
+pub(crate) fn encode_origin(out: &mut Vec<u8>, origin: &[(String, i64, crate::model::types::Value)]) {
+    codec::put_varint(out, origin.len() as u64);
+    for (c, v, x) in origin {
+        codec::put_bytes(out, c.as_bytes());
+        codec::put_i64(out, *v);
+        codec::put_value(out, x);
+    }
 }
 
 pub(crate) fn encode_entry(out: &mut Vec<u8>, seq: u64, table_id: u64, key: &[u8], m: &Mutation) {
@@ -105,13 +128,15 @@ pub(crate) fn decode_payload(payload: &[u8]) -> Result<Vec<WalEntry>> {
     let mut r = Decoder::new(payload, "WAL record");
     let mut out = Vec::new();
     let mut commit_us = 0;
+    let mut origins = false;
     if payload.first() == Some(&0) {
         r.varint()?;
         let version = r.varint()?;
-        if version != GROUP_HEADER_VERSION {
+        origins = version == GROUP_HEADER_WITH_ORIGINS;
+        if version != GROUP_HEADER_VERSION && !origins {
             return Err(crate::error::Error::corruption(format!(
-                "WAL record has a group header of version {version}; this version of Cellar reads version \
-                 {GROUP_HEADER_VERSION}"
+                "WAL record has a group header of version {version}; this version of Cellar reads versions \
+                 {GROUP_HEADER_VERSION} and {GROUP_HEADER_WITH_ORIGINS}"
             )));
         }
         commit_us = r.varint()?;
@@ -121,12 +146,25 @@ pub(crate) fn decode_payload(payload: &[u8]) -> Result<Vec<WalEntry>> {
         let table_id = r.varint()?;
         let key = r.bytes()?.to_vec();
         let mutation = r.mutation()?;
+        let origin = if origins {
+            let n = r.varint()?;
+            let mut o = Vec::new();
+            for _ in 0..n {
+                let c = r.string()?;
+                let v = r.i64()?;
+                o.push((c, v, r.value()?));
+            }
+            Some(o)
+        } else {
+            None
+        };
         out.push(WalEntry {
             seq,
             table_id,
             key,
             mutation,
             commit_us,
+            origin,
         });
     }
     Ok(out)
@@ -163,7 +201,7 @@ mod tests {
     #[test]
     fn group_headers_carry_the_commit_time() {
         let mut p = Vec::new();
-        encode_group_header(&mut p, 1_700_000_000_123_456);
+        encode_group_header(&mut p, 1_700_000_000_123_456, false);
         encode_entry(&mut p, 7, 3, b"k1", &Mutation::Delete);
         encode_entry(&mut p, 8, 4, b"k2", &Mutation::Delete);
         let e = decode_payload(&p).unwrap();
@@ -178,6 +216,25 @@ mod tests {
         codec::put_varint(&mut future, 0);
         codec::put_varint(&mut future, 2);
         codec::put_varint(&mut future, 5);
-        assert!(decode_payload(&future).unwrap_err().message().contains("version 2"));
+        codec::put_varint(&mut future, 0);
+        let _ = future;
+        let mut future = Vec::new();
+        codec::put_varint(&mut future, 0);
+        codec::put_varint(&mut future, 3);
+        codec::put_varint(&mut future, 5);
+        assert!(decode_payload(&future).unwrap_err().message().contains("version 3"));
+        // Version 2: each entry with its origin.
+        let mut p = Vec::new();
+        encode_group_header(&mut p, 9, true);
+        encode_entry(&mut p, 1, 3, b"k", &Mutation::Delete);
+        encode_origin(&mut p, &[("a".into(), 5, crate::model::types::Value::Integer(7))]);
+        encode_entry(&mut p, 2, 3, b"k", &Mutation::Delete);
+        encode_origin(&mut p, &[]);
+        let e = decode_payload(&p).unwrap();
+        assert_eq!(
+            e[0].origin.as_deref(),
+            Some(&[("a".to_string(), 5, crate::model::types::Value::Integer(7))][..])
+        );
+        assert_eq!(e[1].origin.as_deref(), Some(&[][..]));
     }
 }

@@ -37,6 +37,10 @@ pub(crate) struct PendingWrite {
     pub auto_increment: Option<usize>,
     /// A write that read its row: decided again if the row changed since.
     pub check: Option<Box<CheckedWrite>>,
+    /// For a table whose stream records origin columns: their newest
+    /// values before this write (the write's place decides them, see
+    /// [`decide`]).
+    pub origin: Option<Vec<(String, i64, crate::model::types::Value)>>,
 }
 
 impl PendingWrite {
@@ -48,6 +52,7 @@ impl PendingWrite {
             mutation,
             auto_increment: None,
             check: None,
+            origin: None,
         }
     }
 }
@@ -69,6 +74,25 @@ pub(crate) struct CheckedWrite {
     /// The check failed on the snapshot: the pending write's mutation is a
     /// placeholder, and the failure stands unless the row changed since.
     pub failed: bool,
+    /// The stream's origin columns, when its record carries them: decided
+    /// again with the row.
+    pub origin: Option<Arc<Vec<String>>>,
+}
+
+/// The newest value of each of `columns` in `state` (the row before a
+/// write): a stream record's origin.
+pub(crate) fn origin_of(
+    state: Option<&RowState>,
+    columns: &[String],
+) -> Vec<(String, i64, crate::model::types::Value)> {
+    let Some(st) = state else { return Vec::new() };
+    columns
+        .iter()
+        .filter_map(|c| {
+            let (version, value) = st.columns.get(c)?.versions.first()?;
+            Some((c.clone(), *version, value.clone()))
+        })
+        .collect()
 }
 
 /// A checked write the committer decided again, and committed.
@@ -131,6 +155,7 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
             now_ms,
             options,
             failed,
+            origin,
         } = *check;
         // The row at the write's place: the snapshot's state, then every
         // later write of the key in sequence order. Nothing later (the
@@ -154,6 +179,9 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
             found = true;
         }
         let state = found.then_some(st);
+        if let Some(cols) = &origin {
+            group[i].origin = Some(origin_of(state.as_ref(), cols));
+        }
         let table = &group[i].table;
         let return_type = write.return_type();
         let outcome = condition::check(&table.schema, &options, now_ms, &write, state.as_ref())

@@ -538,7 +538,8 @@ fn commit_group(
     let first = *next_seq;
     let commit_us = (host.now_ms().max(0) as u64 * 1000).max(*last_commit_us + 1);
     payload.clear();
-    wal::encode_group_header(payload, commit_us);
+    let origins = group.iter().any(|w| w.origin.is_some());
+    wal::encode_group_header(payload, commit_us, origins);
     for (i, w) in group.iter_mut().enumerate() {
         if let Some(at) = w.auto_increment {
             // The value is the write's sequence number: unique, and above
@@ -549,6 +550,9 @@ fn commit_group(
             w.key[at..at + 8].copy_from_slice(&crate::model::key::encode_integer(seq as i64));
         }
         wal::encode_entry(payload, first + i as u64, w.table.id, &w.key, &w.mutation);
+        if origins {
+            wal::encode_origin(payload, w.origin.as_deref().unwrap_or_default());
+        }
     }
     let last = first + group.len() as u64 - 1;
     wal.append(payload, last)?;
@@ -601,12 +605,16 @@ fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &
     }
     for (id, log) in logs {
         payload.clear();
-        wal::encode_group_header(payload, commit_us);
+        let origins = group.iter().any(|w| w.table.id == id && w.origin.is_some());
+        wal::encode_group_header(payload, commit_us, origins);
         let (mut lo, mut hi) = (u64::MAX, 0);
         for (i, w) in group.iter().enumerate().filter(|(_, w)| w.table.id == id) {
             let seq = first + i as u64;
             (lo, hi) = (lo.min(seq), hi.max(seq));
             wal::encode_entry(payload, seq, id, &w.key, &w.mutation);
+            if origins {
+                wal::encode_origin(payload, w.origin.as_deref().unwrap_or_default());
+            }
         }
         log.append_or_fail(payload, lo, hi, commit_us);
     }
