@@ -204,6 +204,27 @@ fn newest_log(dir: &std::path::Path) -> std::path::PathBuf {
         .unwrap()
 }
 
+/// Applies `writes`: one at a time, or queued in batches of `batch`, all
+/// in flight at once; returns how many succeeded.
+async fn apply(t: &Table, writes: Vec<RowWrite>, batch: Option<usize>) -> usize {
+    let Some(n) = batch else {
+        let mut ok = 0;
+        for w in writes {
+            ok += t.write(w).await.is_ok() as usize;
+        }
+        return ok;
+    };
+    let mut queued = Vec::new();
+    for chunk in writes.chunks(n) {
+        queued.push(t.enqueue_batch(chunk.to_vec()).await.unwrap());
+    }
+    let mut ok = 0;
+    for q in queued {
+        ok += q.durable().await.unwrap().iter().filter(|r| r.is_ok()).count();
+    }
+    ok
+}
+
 /// Writes queued many batches at a time give the stream that one write at
 /// a time gives, conditions and increments included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,21 +246,7 @@ async fn pipelined_writes_give_the_stream_of_one_at_a_time() {
     for pipelined in [false, true] {
         let (_dir, _clock, db, t) = fixture(TableOptions::default()).await;
         db.set_stream("t", Some(StreamSpec::new(24))).await.unwrap();
-        let all = writes(400);
-        let mut ok = 0;
-        if pipelined {
-            let mut queued = Vec::new();
-            for chunk in all.chunks(7) {
-                queued.push(t.enqueue_batch(chunk.to_vec()).await.unwrap());
-            }
-            for q in queued {
-                ok += q.durable().await.unwrap().iter().filter(|r| r.is_ok()).count();
-            }
-        } else {
-            for w in all {
-                ok += t.write(w).await.is_ok() as usize;
-            }
-        }
+        let ok = apply(&t, writes(400), pipelined.then_some(7)).await;
         let got = records(&db, "t", ok).await;
         assert_eq!(got.len(), ok);
         streams.push(seen(&got));
@@ -712,20 +719,7 @@ async fn pipelined_writes_give_the_origins_of_one_at_a_time() {
                 }
             })
             .collect();
-        let mut ok = 0;
-        if pipelined {
-            let mut queued = Vec::new();
-            for chunk in writes.chunks(9) {
-                queued.push(t.enqueue_batch(chunk.to_vec()).await.unwrap());
-            }
-            for q in queued {
-                ok += q.durable().await.unwrap().iter().filter(|r| r.is_ok()).count();
-            }
-        } else {
-            for w in writes {
-                ok += t.write(w).await.is_ok() as usize;
-            }
-        }
+        let ok = apply(&t, writes, pipelined.then_some(9)).await;
         let got = records(&db, "t", ok).await;
         assert_eq!(got.len(), ok);
         runs.push(
