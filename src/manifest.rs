@@ -103,12 +103,7 @@ impl ManifestLog {
 
     /// The newest version and its number, or `None` when there is none.
     pub async fn load<T: DeserializeOwned>(&self, store: &dyn ObjectStore) -> Result<Option<(u64, T)>> {
-        let Some(&n) = self.versions(store, true).await?.last() else {
-            return Ok(None);
-        };
-        let path = self.path(n);
-        let bytes = store.get(&path).await?.bytes().await?;
-        Ok(Some((n, decode(&path, &bytes)?)))
+        self.load_newest(store, false).await
     }
 
     /// [`load`](Self::load) beside a process that may be committing:
@@ -116,15 +111,19 @@ impl ManifestLog {
     /// before it was read (newer ones were committed meanwhile), lists
     /// again.
     pub async fn load_live<T: DeserializeOwned>(&self, store: &dyn ObjectStore) -> Result<Option<(u64, T)>> {
+        self.load_newest(store, true).await
+    }
+
+    async fn load_newest<T: DeserializeOwned>(&self, store: &dyn ObjectStore, live: bool) -> Result<Option<(u64, T)>> {
         let mut attempt = 0;
         loop {
-            let Some(&n) = self.versions(store, false).await?.last() else {
+            let Some(&n) = self.versions(store, !live).await?.last() else {
                 return Ok(None);
             };
             let path = self.path(n);
             match store.get(&path).await {
                 Ok(got) => return Ok(Some((n, decode(&path, &got.bytes().await?)?))),
-                Err(object_store::Error::NotFound { .. }) if attempt < 10 => attempt += 1,
+                Err(object_store::Error::NotFound { .. }) if live && attempt < 10 => attempt += 1,
                 Err(e) => return Err(e.into()),
             }
         }

@@ -168,7 +168,6 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                     "--stream is for a table; a series' months have no streams (yet): create the series without it",
                 ));
             }
-            let name = table.clone();
             let mut schema = TableSchema::new(table);
             for part in pk.split(',') {
                 let (name, ty) = part.split_once(':').ok_or_else(|| {
@@ -183,14 +182,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             }
             let opts = options.update().apply(&TableOptions::default());
             match series.series.as_deref() {
-                None => {
-                    db.create_table(schema, opts).await?;
-                    if let Err(e) = db.change_stream(&name, stream).await {
-                        // Not half made: the table goes again.
-                        db.drop_table(&name).await?;
-                        return Err(e);
-                    }
-                }
+                None => db.create_table_with_stream(schema, opts, stream).await?,
                 Some(kind) if kind.eq_ignore_ascii_case("monthly") => {
                     let (time_column, time_is_timestamp) =
                         match series.time_column.as_deref().map(|c| c.split_once(':')) {

@@ -203,12 +203,7 @@ impl DbInner {
         let row = |columns| pk.map(|primary_key| Row { primary_key, columns });
         // A stream that records origin columns needs the row before the
         // write: such a write reads it, as a checked one does.
-        let origin = t
-            .stream
-            .read()
-            .as_ref()
-            .map(|l| l.origin_columns())
-            .filter(|c| !c.is_empty());
+        let origin = t.origin_columns();
         if (w.reads_row() || origin.is_some()) && !new_row {
             let (key, _) = validate::precheck(&t.schema, &w)?;
             if !snapshots.iter().any(|(id, _, _)| *id == t.id) {

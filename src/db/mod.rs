@@ -270,12 +270,7 @@ impl Database {
         t.dropped.store(true, Ordering::Release);
         self.inner.shared.tables.write().remove(name);
         if t.stream.write().take().is_some() {
-            let dir = stream::stream_dir(self.path(), t.id);
-            if let Err(e) = std::fs::remove_dir_all(&dir)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                return Err(Error::io(format!("delete stream log {}", dir.display()), e));
-            }
+            stream::remove_dir(&stream::stream_dir(self.path(), t.id))?;
         }
         // Wait for a running flush of the table, then delete its objects.
         let _f = t.flushing.lock().await;

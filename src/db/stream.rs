@@ -293,6 +293,24 @@ impl Database {
         Ok(())
     }
 
+    /// Creates a table and applies `stream` to it; when the stream
+    /// settings are refused the table goes again, so nothing is left half
+    /// made.
+    pub async fn create_table_with_stream(
+        &self,
+        schema: crate::model::schema::TableSchema,
+        options: crate::model::schema::TableOptions,
+        stream: StreamChange,
+    ) -> Result<()> {
+        let name = schema.name.clone();
+        self.create_table(schema, options).await?;
+        if let Err(e) = self.change_stream(&name, stream).await {
+            self.drop_table(&name).await?;
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// The table's stream settings, `None` when it has no stream.
     pub async fn stream_spec(&self, table: &str) -> Result<Option<StreamSpec>> {
         let t = self.table_inner(table)?;
@@ -594,7 +612,8 @@ pub(super) fn stream_dir(root: &std::path::Path, table_id: u64) -> std::path::Pa
     root.join("streams").join(table_id.to_string())
 }
 
-fn remove_dir(dir: &std::path::Path) -> Result<()> {
+/// Deletes a stream log directory (gone already: nothing to do).
+pub(super) fn remove_dir(dir: &std::path::Path) -> Result<()> {
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -171,13 +171,7 @@ impl Transaction {
         let reads = w.reads_row();
         // The partition is locked: the row as the transaction sees it is
         // the row at the commit, origin columns included.
-        let origin = self
-            .table
-            .stream
-            .read()
-            .as_ref()
-            .map(|l| l.origin_columns())
-            .filter(|c| !c.is_empty());
+        let origin = self.table.origin_columns();
         let state = if reads || origin.is_some() {
             let state = snap.get_state(&key, None).await?;
             condition::check(&self.table.schema, &snap.options, now, &w, state.as_ref())?;

@@ -353,15 +353,8 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
             }
             let created = match series {
                 Some(series) => db.create_series(schema, options, series).await,
-                None => db.create_table(schema, options).await,
+                None => db.create_table_with_stream(schema, options, stream).await,
             };
-            if created.is_ok()
-                && let Err(e) = db.change_stream(&name, stream).await
-            {
-                // Not half made: the table goes again.
-                db.drop_table(&name).await.map_err(df_err)?;
-                return Err(df_err(e));
-            }
             match created {
                 Ok(()) => Ok(done("CREATE TABLE")),
                 Err(e) if e.kind() == ErrorKind::ObjectAlreadyExist && ct.if_not_exists => Ok(done("CREATE TABLE")),

@@ -293,6 +293,16 @@ impl TableInner {
         }
     }
 
+    /// The columns whose values before each write the table's stream
+    /// records (`None`: no stream, or one without such columns).
+    pub fn origin_columns(&self) -> Option<Arc<Vec<String>>> {
+        self.stream
+            .read()
+            .as_ref()
+            .map(|l| l.origin_columns())
+            .filter(|c| !c.is_empty())
+    }
+
     /// The schema with the current declared columns.
     pub fn full_schema(&self) -> TableSchema {
         let mut s = self.schema.clone();

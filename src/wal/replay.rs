@@ -47,12 +47,19 @@ pub(crate) fn replay(dir: &Path) -> Result<Replayed> {
                 .and_then(|_| f.sync_all())
                 .map_err(|e| Error::io(format!("truncate torn tail of WAL file {}", path.display()), e))?;
         }
-        out.times
-            .push(read.entries.iter().map(|e| e.commit_us).max().unwrap_or(0));
-        out.entries.extend(read.entries);
-        out.files.push((number, read.max_seq));
+        out.push(number, read);
     }
     Ok(out)
+}
+
+impl Replayed {
+    /// Adds file `number`'s records.
+    fn push(&mut self, number: u64, read: FileRead) {
+        self.times
+            .push(read.entries.iter().map(|e| e.commit_us).max().unwrap_or(0));
+        self.entries.extend(read.entries);
+        self.files.push((number, read.max_seq));
+    }
 }
 
 /// Where a live reader of the WAL stopped: a file, and the offset just
@@ -100,10 +107,7 @@ pub(crate) fn replay_live(dir: &Path, from: Option<WalCursor>) -> Result<Option<
             file: number,
             offset: read.end,
         });
-        out.times
-            .push(read.entries.iter().map(|e| e.commit_us).max().unwrap_or(0));
-        out.entries.extend(read.entries);
-        out.files.push((number, read.max_seq));
+        out.push(number, read);
     }
     Ok(Some((out, cursor)))
 }
