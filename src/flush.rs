@@ -21,6 +21,8 @@
 //! each other. See `docs/architecture.md`.
 
 use std::sync::Arc;
+
+use object_store::ObjectStoreExt;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
@@ -45,26 +47,35 @@ pub(crate) async fn flush_frozen(
 ) -> Result<()> {
     let _flushing = table.flushing.lock().await;
     loop {
-        let Some(mem) = table.state.read().immutables.first().cloned() else {
+        // The oldest frozen memtable of any partition: a memtable a split
+        // left in both halves is flushed by each, its own keys.
+        let next = {
+            let st = table.state.read();
+            st.parts
+                .iter()
+                .filter_map(|p| {
+                    let top = p
+                        .segments
+                        .iter()
+                        .map(|s| s.max_key.as_slice())
+                        .max()
+                        .map(<[u8]>::to_vec);
+                    p.immutables.first().map(|m| (p.id, p.range.clone(), m.clone(), top))
+                })
+                .min_by_key(|(_, _, m, _)| m.max_seq())
+        };
+        let Some((part, part_range, mem, top)) = next else {
             return Ok(());
         };
         if table.dropped.load(Ordering::Acquire) {
             return Ok(());
         }
         let mut new_segments: Vec<SegmentMeta> = Vec::new();
-        if !mem.is_empty() {
+        if mem.has_key_in(&part_range) {
             let schema = table.schema.clone();
             let seq_range = (mem.min_seq().unwrap_or(0), mem.max_seq());
             let opts = storage.segment_options;
-            let top = table
-                .state
-                .read()
-                .segments
-                .iter()
-                .map(|s| s.max_key.as_slice())
-                .max()
-                .map(<[u8]>::to_vec);
-            let cuts = pieces(top.as_deref(), &mem);
+            let cuts = pieces(top.as_deref(), &mem, &part_range);
             // Reserve the ids: the next manifest version records the
             // counter; a crash before that leaves orphans that the next open
             // deletes.
@@ -108,26 +119,58 @@ pub(crate) async fn flush_frozen(
             }
             crate::crash_point::hit("flush.segment_written");
         }
-        table
+        let committed = table
             .commit_manifest(
                 storage,
                 "flush.committed",
                 |next| {
-                    next.flushed_seq = next.flushed_seq.max(mem.max_seq());
+                    // The partition was split or merged meanwhile: the
+                    // memtable is the new partitions' to flush.
+                    let Some(p) = next.partition_mut(part) else {
+                        return Ok(false);
+                    };
+                    // Every write of the partition below its oldest
+                    // memtable left is now in a segment.
+                    let floor = table
+                        .state
+                        .read()
+                        .part_by_id(part)
+                        .into_iter()
+                        .flat_map(|p| p.memtables())
+                        .filter(|m| !Arc::ptr_eq(m, &mem))
+                        .filter_map(|m| m.min_seq())
+                        .min()
+                        .map_or(u64::MAX, |s| s - 1);
+                    p.flushed_seq = p.flushed_seq.max(mem.max_seq().min(floor));
+                    p.segments.extend(new_segments.iter().map(|m| m.id));
                     next.segments.extend(new_segments.iter().cloned());
                     table.stats.flushes.fetch_add(1, Ordering::Relaxed);
                     Ok(true)
                 },
                 |st| {
-                    st.immutables.retain(|m| !Arc::ptr_eq(m, &mem));
+                    let Some(p) = st.part_by_id_mut(part) else {
+                        return;
+                    };
+                    p.immutables.retain(|m| !Arc::ptr_eq(m, &mem));
                     if !new_segments.is_empty() {
-                        let mut segs = (*st.segments).clone();
+                        let mut segs = (*p.segments).clone();
                         segs.extend(new_segments.iter().map(|m| storage.open_segment(m.clone())));
-                        st.segments = Arc::new(segs);
+                        p.segments = Arc::new(segs);
                     }
                 },
             )
             .await?;
+        if !committed {
+            for m in &new_segments {
+                let _ = storage
+                    .store
+                    .delete(&object_store::path::Path::from(m.path.as_str()))
+                    .await;
+            }
+            // The partition's new layout is not installed yet: the
+            // split or merge schedules the flushes its partitions need.
+            return Ok(());
+        }
         flushed();
     }
 }
@@ -147,9 +190,9 @@ const SPLIT_KEYS: usize = 16;
 /// sixty-fourth of them, at most a quarter), make a tail piece: the next
 /// flush's crossing writes then overlap only that tail. Otherwise (no key
 /// below `top`, or keys written anywhere) the memtable is one segment.
-fn pieces(top: Option<&[u8]>, mem: &Memtable) -> Vec<(KeyRange, usize)> {
-    let n = mem.key_count();
-    let whole = vec![(KeyRange::all(), n)];
+fn pieces(top: Option<&[u8]>, mem: &Memtable, within: &KeyRange) -> Vec<(KeyRange, usize)> {
+    let n = mem.key_count_in(within, usize::MAX);
+    let whole = vec![(within.clone(), n)];
     let Some(top) = top.filter(|_| n >= SPLIT_KEYS) else {
         return whole;
     };
@@ -157,14 +200,15 @@ fn pieces(top: Option<&[u8]>, mem: &Memtable) -> Vec<(KeyRange, usize)> {
     let low = KeyRange {
         lo: Vec::new(),
         hi: Some(above.clone()),
-    };
+    }
+    .intersect(within);
     let below = mem.key_count_in(&low, usize::MAX);
     if below == 0 || below * 8 > n {
         return whole;
     }
     let high = n - below;
     let tail = (4 * below).max(high / 64).min(high / 4);
-    match (tail > 0).then(|| mem.nth_key(n - tail)).flatten() {
+    match (tail > 0).then(|| mem.nth_key_in(within, n - tail)).flatten() {
         Some(tail_start) => vec![
             (low, below),
             (
@@ -177,12 +221,21 @@ fn pieces(top: Option<&[u8]>, mem: &Memtable) -> Vec<(KeyRange, usize)> {
             (
                 KeyRange {
                     lo: tail_start,
-                    hi: None,
+                    hi: within.hi.clone(),
                 },
                 tail,
             ),
         ],
-        None => vec![(low, below), (KeyRange { lo: above, hi: None }, high)],
+        None => vec![
+            (low, below),
+            (
+                KeyRange {
+                    lo: above,
+                    hi: within.hi.clone(),
+                },
+                high,
+            ),
+        ],
     }
 }
 
@@ -206,7 +259,7 @@ mod tests {
     fn cuts(top: Option<u32>, mem: &Memtable) -> Vec<(Option<u32>, Option<u32>, usize)> {
         let top = top.map(|t| t.to_be_bytes().to_vec());
         let key = |k: &[u8]| (k.len() == 4).then(|| u32::from_be_bytes(k.try_into().unwrap()));
-        pieces(top.as_deref(), mem)
+        pieces(top.as_deref(), mem, &KeyRange::all())
             .into_iter()
             .map(|(r, n)| {
                 // Each range holds exactly the keys it says.

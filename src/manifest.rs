@@ -49,6 +49,72 @@ pub(crate) struct TableManifest {
     /// the process: `cellar describe --stats` opens the database anew).
     #[serde(default)]
     pub counters: Counters,
+    /// The table's partitions in key order. Empty in versions written
+    /// before partitions: one partition (id 0) then holds every segment
+    /// (see [`TableManifest::normalize`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<PartitionMeta>,
+    /// The id the next partition a split or merge makes gets.
+    #[serde(default)]
+    pub next_partition_id: u64,
+}
+
+/// One range partition of a table: the partition-key values from `lower`
+/// up to the next partition's `lower`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct PartitionMeta {
+    pub id: u64,
+    /// The encoding of the lowest partition-key value it holds, hex;
+    /// empty for the first partition.
+    pub lower: String,
+    /// Every write to its keys with a sequence <= this is in its segments.
+    pub flushed_seq: u64,
+    /// Its segments' ids (in `TableManifest::segments`), oldest first. A
+    /// segment a split left in both halves is named by both; each reads
+    /// only its own keys of it.
+    pub segments: Vec<u64>,
+    /// The partitions it was split or merged from (none for the first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<u64>,
+}
+
+impl PartitionMeta {
+    /// The lower bound's bytes (empty: the first partition).
+    pub fn lower_key(&self) -> Vec<u8> {
+        crate::segment::hex_decode(&self.lower)
+    }
+}
+
+impl TableManifest {
+    /// Gives a version written before partitions its one partition (id 0,
+    /// every segment, the table's `flushed_seq`).
+    pub fn normalize(&mut self) {
+        if self.partitions.is_empty() {
+            self.partitions.push(PartitionMeta {
+                id: 0,
+                lower: String::new(),
+                flushed_seq: self.flushed_seq,
+                segments: self.segments.iter().map(|s| s.id).collect(),
+                parents: Vec::new(),
+            });
+            self.next_partition_id = self.next_partition_id.max(1);
+        }
+    }
+
+    /// The partition `id`, if the version still has it.
+    pub fn partition_mut(&mut self, id: u64) -> Option<&mut PartitionMeta> {
+        self.partitions.iter_mut().find(|p| p.id == id)
+    }
+
+    /// Drops from `segments` every segment no partition names any more;
+    /// returns their ids.
+    pub fn drop_unnamed_segments(&mut self) -> Vec<u64> {
+        let named: std::collections::HashSet<u64> =
+            self.partitions.iter().flat_map(|p| p.segments.iter().copied()).collect();
+        let gone = self.segments.iter().filter(|s| !named.contains(&s.id)).map(|s| s.id).collect();
+        self.segments.retain(|s| named.contains(&s.id));
+        gone
+    }
 }
 
 /// What flushes and compactions have done to a table so far.

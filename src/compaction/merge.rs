@@ -83,6 +83,11 @@ struct InputReader {
     /// segment's columns, to bring its keys' older versions back from
     /// `__cells` into rows.
     expand: Option<(TableSchema, Vec<(String, TypeSet)>)>,
+    /// The keys the merge takes (a partition's, of a segment a split left
+    /// shared): rows outside are skipped.
+    clip: Option<KeyRange>,
+    /// The segment has no more rows inside `clip`.
+    done: bool,
 }
 
 /// What happens to a key one input alone holds.
@@ -209,8 +214,27 @@ impl Cursor {
 
 impl InputReader {
     async fn read(&mut self) -> Result<Option<RecordBatch>> {
-        while let Some(b) = self.stream.next().await {
+        while !self.done
+            && let Some(b) = self.stream.next().await
+        {
             let mut b = b.map_err(|e| crate::segment::read_error(&self.seg.meta.path, e))?;
+            if let Some(r) = &self.clip {
+                // Keys ascend, and a bound never falls inside a key.
+                let pk = b.column(0).as_binary::<i32>();
+                let n = pk.len();
+                let below = |bound: &[u8]| {
+                    let (mut lo, mut hi) = (0, n);
+                    while lo < hi {
+                        let mid = (lo + hi) / 2;
+                        if pk.value(mid) < bound { lo = mid + 1 } else { hi = mid }
+                    }
+                    lo
+                };
+                let start = below(&r.lo);
+                let end = r.hi.as_deref().map_or(n, below);
+                self.done = end < n;
+                b = b.slice(start, end.max(start) - start);
+            }
             if let Some((table, columns)) = &self.expand {
                 b = newest::with_older_versions(&b, table, columns)
                     .map_err(|e| Error::corruption(format!("segment {}: {}", self.seg.meta.path, e.message())))?;
@@ -295,6 +319,7 @@ impl ColumnarMerge {
         segs: &[Arc<Segment>],
         columns: Vec<(String, TypeSet)>,
         gc: GcRules,
+        clip: &KeyRange,
     ) -> Result<Self> {
         let schema = format::arrow_schema(table, &columns);
         let mut m = ColumnarMerge {
@@ -320,6 +345,11 @@ impl ColumnarMerge {
                 stream: seg.stream_all(read_rows).await?,
                 ahead: None,
                 expand: newest_rows.then(|| (table.clone(), seg.meta.columns.clone())),
+                // Only a segment holding keys outside the range is clipped.
+                clip: (!(clip.lo.as_slice() <= seg.min_key.as_slice()
+                    && clip.hi.as_ref().is_none_or(|h| seg.max_key.as_slice() < h.as_slice())))
+                .then(|| clip.clone()),
+                done: false,
             };
             if let Some(b) = reader.next_whole().await? {
                 let cur = m.cursor(&reader.seg, b)?;

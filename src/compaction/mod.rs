@@ -86,10 +86,34 @@ pub(crate) struct CompactParams<'a> {
     pub keep_free_bytes: u64,
 }
 
-/// Runs one compaction of `table`. Returns false when there was nothing to
-/// do, or the compaction was given up (cancelled, table dropped, options
-/// changed meanwhile) and left no trace.
+/// Runs compactions of `table`'s partitions: a manual pick compacts each
+/// partition as it says; an automatic one compacts the first partition
+/// (most sorted runs first) that needs it. Returns false when there was
+/// nothing to do, or every compaction was given up (cancelled, table
+/// dropped, options or partitions changed meanwhile) and left no trace.
 pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactParams<'_>) -> Result<bool> {
+    let mut parts: Vec<(u64, usize)> = {
+        let st = table.state.read();
+        st.parts.iter().map(|x| (x.id, runs(&x.segments).len())).collect()
+    };
+    let manual = matches!(pick, Pick::Full | Pick::Newest(_));
+    if !manual {
+        parts.sort_by_key(|(_, runs)| std::cmp::Reverse(*runs));
+    }
+    let mut any = false;
+    for (part, _) in parts {
+        if compact_part(table, part, pick, p).await? {
+            any = true;
+            if !manual {
+                break;
+            }
+        }
+    }
+    Ok(any)
+}
+
+/// Runs one compaction of partition `part` of `table`.
+async fn compact_part(table: &Arc<TableInner>, part: u64, pick: Pick, p: &CompactParams<'_>) -> Result<bool> {
     // Manual picks wait for running compactions and exclude new ones;
     // automatic ones may run two at a time, on different runs.
     let manual = matches!(pick, Pick::Full | Pick::Newest(_));
@@ -104,9 +128,15 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
     }
     let options = *table.options.read();
     let cutoff = options.ttl_cutoff_ms(p.now_ms);
-    let (segs, (span, rewrite), _busy) = {
+    let (segs, range, (span, rewrite), _busy) = {
         let mut busy = table.compacting.lock();
-        let segs = table.state.read().segments.clone();
+        let (segs, range, shared) = {
+            let st = table.state.read();
+            let Some(x) = st.part_by_id(part) else {
+                return Ok(false);
+            };
+            (x.segments.clone(), x.range.clone(), !x.owns_its_sources())
+        };
         // Runs a running compaction merges are not free, nor older ones
         // (outputs replace inputs in place, so spans must stay apart).
         let free = segs
@@ -114,6 +144,10 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
             .rposition(|s| busy.contains(&s.meta.id))
             .map_or(0, |i| i + 1);
         let span = match pick {
+            // Segments a split left shared are rewritten whole first, so
+            // that the partition owns its files (and may merge again).
+            _ if shared && busy.is_empty() && !segs.is_empty() => Some((0..segs.len(), Rewrite::All)),
+            _ if shared => None,
             Pick::Full | Pick::Newest(_) => choose(&segs, pick, p.policy, cutoff),
             Pick::CatchUp if runs(&segs).len() <= p.policy.max_runs => None,
             Pick::Auto | Pick::CatchUp => choose(&segs[free..], pick, p.policy, cutoff)
@@ -126,6 +160,7 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
         busy.extend(ids.iter().copied());
         (
             segs,
+            range,
             span,
             BusyIds {
                 table: table.clone(),
@@ -159,13 +194,13 @@ pub(crate) async fn compact(table: &Arc<TableInner>, pick: Pick, p: &CompactPara
     let mut result = Ok(true);
     for group in &merged {
         let group: Vec<Arc<Segment>> = group.iter().map(|&i| inputs[i].clone()).collect();
-        result = merge(table, &group, run, older.clone(), &options, cutoff, p, &mut outputs).await;
+        result = merge(table, &group, run, older.clone(), &options, cutoff, &range, p, &mut outputs).await;
         if !matches!(result, Ok(true)) {
             break;
         }
     }
     let committed = match result {
-        Ok(true) => commit(table, &inputs, &carried, run, &options, &mut outputs, p.storage).await,
+        Ok(true) => commit(table, part, &inputs, &carried, run, &options, &mut outputs, p.storage).await,
         other => other,
     };
     if !matches!(committed, Ok(true)) {
@@ -209,6 +244,7 @@ async fn merge(
     older: Vec<(Vec<u8>, Vec<u8>)>,
     options: &TableOptions,
     cutoff: i64,
+    range: &crate::model::key::KeyRange,
     p: &CompactParams<'_>,
     outputs: &mut Vec<SegmentMeta>,
 ) -> Result<bool> {
@@ -226,7 +262,7 @@ async fn merge(
         max_versions: options.max_versions,
         older,
     };
-    let merger = ColumnarMerge::open(&table.schema, inputs, columns.clone(), gc).await?;
+    let merger = ColumnarMerge::open(&table.schema, inputs, columns.clone(), gc, range).await?;
     let writer = OutputWriter {
         table: table.clone(),
         storage: p.storage.clone(),
@@ -273,8 +309,10 @@ enum Placed {
 /// False (nothing changed) when the table was dropped or its options were
 /// changed since the merge started (it may have dropped versions the new
 /// options show; the next compaction redoes it).
+#[allow(clippy::too_many_arguments)]
 async fn commit(
     table: &Arc<TableInner>,
+    part: u64,
     inputs: &[Arc<Segment>],
     carried: &[Arc<Segment>],
     run: u64,
@@ -295,6 +333,8 @@ async fn commit(
         .chain(carried.iter().map(|s| (s.min_key.clone(), Placed::Carried(s.clone()))))
         .collect();
     placed.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut dropped: Vec<u64> = Vec::new();
+    let kept = &mut dropped;
     let committed = table
         .commit_manifest(
             storage,
@@ -303,20 +343,38 @@ async fn commit(
                 if table.dropped.load(Ordering::Acquire) || *table.options.read() != *options {
                     return Ok(false);
                 }
-                let pos = next
+                // Split or merged meanwhile: the new partitions compact.
+                let Some(x) = next.partition_mut(part) else {
+                    return Ok(false);
+                };
+                let pos = x
                     .segments
                     .iter()
-                    .position(|s| input_ids.contains(&s.id))
+                    .position(|s| input_ids.contains(s))
                     .ok_or_else(|| Error::corruption("compaction inputs are missing from the manifest"))?;
-                next.segments.retain(|s| !input_ids.contains(&s.id));
-                let metas = placed.iter().map(|(_, p)| match p {
-                    Placed::Written(i) => outputs[*i].clone(),
-                    Placed::Carried(s) => SegmentMeta {
-                        run: Some(run),
-                        ..s.meta.clone()
-                    },
-                });
-                next.segments.splice(pos..pos, metas);
+                x.segments.retain(|s| !input_ids.contains(s));
+                let metas: Vec<SegmentMeta> = placed
+                    .iter()
+                    .map(|(_, p)| match p {
+                        Placed::Written(i) => outputs[*i].clone(),
+                        Placed::Carried(s) => SegmentMeta {
+                            run: Some(run),
+                            ..s.meta.clone()
+                        },
+                    })
+                    .collect();
+                x.segments.splice(pos..pos, metas.iter().map(|m| m.id));
+                // Carried segments change their run; inputs another
+                // partition still names stay.
+                let metas: std::collections::HashMap<u64, SegmentMeta> = metas.into_iter().map(|m| (m.id, m)).collect();
+                for s in next.segments.iter_mut() {
+                    if let Some(m) = metas.get(&s.id) {
+                        *s = m.clone();
+                    }
+                }
+                next.segments
+                    .extend(outputs.iter().filter(|o| !carried_ids.contains(&o.id)).cloned());
+                kept.extend(next.drop_unnamed_segments());
                 let read: u64 = inputs
                     .iter()
                     .filter(|s| !carried_ids.contains(&s.meta.id))
@@ -329,6 +387,9 @@ async fn commit(
                 Ok(true)
             },
             |st| {
+                let Some(st) = st.part_by_id_mut(part) else {
+                    return;
+                };
                 // The outputs take the place of the first input.
                 let mut segs: Vec<Arc<Segment>> = Vec::with_capacity(st.segments.len());
                 let mut done = false;
@@ -351,8 +412,9 @@ async fn commit(
         )
         .await?;
     if committed {
-        // Inputs are deleted once the last reader holding them lets go.
-        for seg in inputs.iter().filter(|s| !carried_ids.contains(&s.meta.id)) {
+        // Inputs no partition names any more are deleted once the last
+        // reader holding them lets go.
+        for seg in inputs.iter().filter(|s| dropped.contains(&s.meta.id)) {
             seg.mark_obsolete();
         }
     }

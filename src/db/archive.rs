@@ -128,7 +128,7 @@ impl Database {
         }
         let _compaction = t.compaction.write().await;
         let _flushing = t.flushing.lock().await;
-        if t.unflushed_bytes() > 0 || !t.state.read().immutables.is_empty() {
+        if t.unflushed_bytes() > 0 || t.state.read().parts.iter().any(|p| !p.immutables.is_empty()) {
             return Err(Error::new(
                 ErrorKind::Io,
                 format!("table '{name}' still holds unflushed writes after its flush; the archive was not made, retry"),
@@ -161,10 +161,16 @@ impl Database {
         // The archive is the table now: swap its segments, free the local
         // files (a segment a reader still holds goes when it lets go).
         undo.armed = false;
-        let segments = archived_segments(&t, &record, &remote, storage, Some(self.path()));
-        let old = std::mem::replace(&mut t.state.write().segments, Arc::new(segments));
-        old.iter().for_each(|s| s.mark_obsolete());
-        *t.manifest.lock().await = (0, record.manifest.clone());
+        let mut manifest = record.manifest.clone();
+        let cache = Some(self.path());
+        let parts = crate::state::parts_of(&mut manifest, |m| Ok(archived_segment(t.id, m, &remote, storage, cache)))?;
+        let old = std::mem::replace(&mut t.state.write().parts, parts);
+        let mut seen = std::collections::HashSet::new();
+        old.iter()
+            .flat_map(|p| p.segments.iter())
+            .filter(|s| seen.insert(s.meta.id))
+            .for_each(|s| s.mark_obsolete());
+        *t.manifest.lock().await = (0, manifest);
         if let Some(a) = t.archive.write().as_mut() {
             a.complete = true;
         }
@@ -218,8 +224,9 @@ impl Database {
         crate::crash_point::hit("restore.manifest");
         self.set_archive_record(t.id, None).await?;
 
-        let segments = local.segments.iter().map(|m| storage.open_segment(m.clone())).collect();
-        t.state.write().segments = Arc::new(segments);
+        let mut local = local;
+        let parts = crate::state::parts_of(&mut local, |m| Ok(storage.open_segment(m.clone())))?;
+        t.state.write().parts = parts;
         *t.manifest.lock().await = (1, local);
         *t.archive.write() = None;
         t.read_only.store(false, Ordering::Release);
@@ -313,8 +320,12 @@ impl Database {
 /// (A rerun of an interrupted archive then uploads the same files again
 /// and finds them there.)
 fn is_compacted(t: &TableInner) -> bool {
-    let segs = t.state.read().segments.clone();
-    crate::state::runs(&segs).len() <= 1 && segs.iter().all(|s| s.meta.dead_keys == Some(0))
+    let st = t.state.read();
+    st.parts.iter().all(|p| {
+        crate::state::runs(&p.segments).len() <= 1
+            && p.owns_its_sources()
+            && p.segments.iter().all(|s| s.meta.dead_keys == Some(0))
+    })
 }
 
 /// Whether two locations name the same place.
@@ -516,10 +527,11 @@ pub(super) fn open_archived(
             ),
         )
     })?;
-    let t = TableInner::new(id, schema.clone(), options, 0, record.manifest.clone(), Vec::new());
     // A read-only open writes nothing, the tail cache included.
     let cache = (!read_only).then_some(root);
-    t.state.write().segments = Arc::new(archived_segments(&t, record, &remote, storage, cache));
+    let mut manifest = record.manifest.clone();
+    let parts = crate::state::parts_of(&mut manifest, |m| Ok(archived_segment(id, m, &remote, storage, cache)))?;
+    let t = TableInner::new(id, schema.clone(), options, 0, manifest, parts);
     *t.archive.write() = Some(ArchiveState {
         location: record.location.clone(),
         complete: true,
@@ -528,27 +540,20 @@ pub(super) fn open_archived(
     Ok(t)
 }
 
-/// The segments of an archived table, read from its archive location
-/// (their tails cached under the data directory `cache` when it is local).
-fn archived_segments(
-    t: &TableInner,
-    record: &ArchiveRecord,
+/// A segment of an archived table, read from its archive location (its
+/// tail cached under the data directory `cache` when it is local).
+fn archived_segment(
+    id: u64,
+    m: &crate::segment::SegmentMeta,
     remote: &Remote,
     storage: &Storage,
     cache: Option<&std::path::Path>,
-) -> Vec<Arc<Segment>> {
-    record
-        .manifest
-        .segments
-        .iter()
-        .map(|m| {
-            let seg = Segment::new(m.clone(), remote.store.clone(), None, storage.read_checks)
-                .with_chunk_cache(storage.chunk_cache.clone());
-            let seg = match (&storage.local_root, cache) {
-                (Some(_), Some(root)) => seg.with_tail_cache(tail_cache_dir(root, t.id).join(format!("{}.tail", m.id))),
-                _ => seg,
-            };
-            Arc::new(seg)
-        })
-        .collect()
+) -> Arc<Segment> {
+    let seg =
+        Segment::new(m.clone(), remote.store.clone(), None, storage.read_checks).with_chunk_cache(storage.chunk_cache.clone());
+    let seg = match (&storage.local_root, cache) {
+        (Some(_), Some(root)) => seg.with_tail_cache(tail_cache_dir(root, id).join(format!("{}.tail", m.id))),
+        _ => seg,
+    };
+    Arc::new(seg)
 }

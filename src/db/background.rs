@@ -17,7 +17,6 @@ use crate::compaction;
 use crate::error::Result;
 use crate::flush;
 use crate::options::DbOptions;
-use crate::segment::Segment;
 use crate::state::TableInner;
 use crate::storage::Storage;
 use crate::write::committer::{CommitHost, CommitMsg};
@@ -147,10 +146,17 @@ impl Shared {
         }
         // Most flushes leave nothing to do: spawn nothing then.
         let cutoff = table.options.read().ttl_cutoff_ms(self.options.clock.now_ms());
-        let segs = table.state.read().segments.clone();
-        self.schedule_catch_up(&table, &segs);
-        if compaction::choose(&segs, compaction::Pick::Auto, self.policy(), cutoff).is_none()
-            || table.compaction_queued.swap(true, Ordering::AcqRel)
+        let (most_runs, wanted) = {
+            let st = table.state.read();
+            let most_runs = st.parts.iter().map(|p| crate::state::runs(&p.segments).len()).max().unwrap_or(0);
+            let wanted = st.parts.iter().any(|p| {
+                (!p.owns_its_sources() && !p.segments.is_empty())
+                    || compaction::choose(&p.segments, compaction::Pick::Auto, self.policy(), cutoff).is_some()
+            });
+            (most_runs, wanted)
+        };
+        self.schedule_catch_up(&table, most_runs);
+        if !wanted || table.compaction_queued.swap(true, Ordering::AcqRel)
         {
             return;
         }
@@ -177,9 +183,9 @@ impl Shared {
     /// runs beside it, outside `max_background_compactions`, until the
     /// table is back under that count. Without it, flushes pile up runs
     /// during the long merge until writers stall, and a core sits idle.
-    fn schedule_catch_up(&self, table: &Arc<TableInner>, segs: &[Arc<Segment>]) {
+    fn schedule_catch_up(&self, table: &Arc<TableInner>, most_runs: usize) {
         if table.compacting.lock().is_empty()
-            || crate::state::runs(segs).len() <= self.catch_up_runs()
+            || most_runs <= self.catch_up_runs()
             || table.catch_up_running.swap(true, Ordering::AcqRel)
         {
             return;
@@ -241,11 +247,16 @@ impl Shared {
                 continue;
             }
             let (mem, segments) = {
+                // Tables of one partition (a scan of several reads its
+                // partitions' memtables as they come).
                 let st = table.state.read();
-                if !st.immutables.is_empty() {
+                let [p] = &st.parts[..] else {
+                    continue;
+                };
+                if !p.immutables.is_empty() {
                     continue;
                 }
-                (st.active.clone(), st.segments.clone())
+                (p.active.clone(), p.segments.clone())
             };
             // Every write up to `visible` is in the memtable; later ones
             // may not all be yet.

@@ -206,11 +206,13 @@ impl DbInner {
         let origin = t.origin_columns();
         if (w.reads_row() || origin.is_some()) && !new_row {
             let (key, _) = validate::precheck(&t.schema, &w)?;
-            if !snapshots.iter().any(|(id, _, _)| *id == t.id) {
-                let (snap, chain) = t.checked_snapshot(&self.shared.visible_seq);
+            // One snapshot per partition for a batch's writes.
+            let taken = |(id, snap, _): &&(u64, Snapshot, Arc<MemChain>)| *id == t.id && snap.range.contains(&key);
+            if !snapshots.iter().any(|x| taken(&x)) {
+                let (snap, chain) = t.checked_snapshot(&key, &self.shared.visible_seq);
                 snapshots.push((t.id, snap, chain));
             }
-            let (_, snap, chain) = snapshots.iter().find(|(id, _, _)| *id == t.id).expect("just added");
+            let (_, snap, chain) = snapshots.iter().find(taken).expect("just added");
             let state = snap.get_state(&key, None).await?;
             let write = w.clone();
             let checked = condition::check(&t.schema, &snap.options, now, &w, state.as_ref())

@@ -71,7 +71,7 @@ pub(super) async fn load(root: &Path, storage: &Storage, live: bool, previous: &
     let catalog_log = ManifestLog::new("catalog");
     let reuse: HashMap<String, Arc<Segment>> = previous
         .iter()
-        .flat_map(|t| t.state.read().segments.iter().cloned().collect::<Vec<_>>())
+        .flat_map(|t| t.state.read().all_segments())
         .map(|s| (s.meta.path.clone(), s))
         .collect();
     let mut attempt = 0;
@@ -132,13 +132,13 @@ async fn load_once(
         let mut t = match &entry.archive {
             None => {
                 let log = ManifestLog::new(&format!("tables/{}/manifest", entry.id));
-                let (mv, manifest) = match live {
+                let (mv, mut manifest) = match live {
                     false => log.load::<TableManifest>(store).await?,
                     true => log.load_live::<TableManifest>(store).await?,
                 }
                 .unwrap_or_default();
-                let mut segments = Vec::with_capacity(manifest.segments.len());
-                for m in &manifest.segments {
+                let mut gone = false;
+                let parts = crate::state::parts_of(&mut manifest, |m| {
                     let seg = match reuse.get(&m.path) {
                         Some(s) if s.meta == *m => s.clone(),
                         _ => storage.open_segment(m.clone()),
@@ -146,13 +146,16 @@ async fn load_once(
                     if live {
                         match seg.pin() {
                             Ok(()) => {}
-                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => gone = true,
                             Err(e) => return Err(Error::io(format!("open segment {}", m.path), e)),
                         }
                     }
-                    segments.push(seg);
+                    Ok(seg)
+                })?;
+                if gone {
+                    return Ok(None);
                 }
-                TableInner::new(entry.id, entry.schema.clone(), entry.options, mv, manifest, segments)
+                TableInner::new(entry.id, entry.schema.clone(), entry.options, mv, manifest, parts)
             }
             Some(record) => {
                 super::archive::open_archived(entry.id, &entry.schema, entry.options, record, storage, root, live)?
@@ -161,10 +164,11 @@ async fn load_once(
         // An archived table takes no replayed write (it refused them).
         let (flushed, seen) = match &entry.archive {
             None => {
-                let f = t.manifest.get_mut().1.flushed_seq;
-                (f, f)
+                let m = &t.manifest.get_mut().1;
+                let f: Vec<u64> = m.partitions.iter().map(|p| p.flushed_seq).collect();
+                (f, m.partitions.iter().map(|p| p.flushed_seq).max().unwrap_or(0))
             }
-            Some(record) => (u64::MAX, record.manifest.flushed_seq),
+            Some(record) => (vec![u64::MAX], record.manifest.flushed_seq),
         };
         max_seq = max_seq.max(seen);
         t.series = entry.series.clone();
@@ -186,10 +190,8 @@ async fn load_once(
         }
         max_seq = max_seq.max(e.seq);
         last_commit_us = last_commit_us.max(e.commit_us);
-        if let Some((t, flushed)) = by_id.get(&e.table_id)
-            && e.seq > *flushed
-        {
-            t.state.read().active.insert(e.key, e.seq, e.mutation);
+        if let Some((t, flushed)) = by_id.get(&e.table_id) {
+            replay_into(t, flushed, e);
         }
     }
     Ok(Some(Loaded {
@@ -228,18 +230,28 @@ pub(super) async fn read_tail(
 pub(super) async fn apply_tail(tables: &[Arc<TableInner>], entries: Vec<wal::WalEntry>) -> u64 {
     let mut by_id = HashMap::new();
     for t in tables.iter().filter(|t| !t.is_archived()) {
-        by_id.insert(t.id, (t, t.manifest.lock().await.1.flushed_seq));
+        let flushed: Vec<u64> = t.manifest.lock().await.1.partitions.iter().map(|p| p.flushed_seq).collect();
+        by_id.insert(t.id, (t, flushed));
     }
     let mut max_seq = 0;
     for e in entries {
         max_seq = max_seq.max(e.seq);
-        if let Some((t, flushed)) = by_id.get(&e.table_id)
-            && e.seq > *flushed
-        {
-            t.state.read().active.insert(e.key, e.seq, e.mutation);
+        if let Some((t, flushed)) = by_id.get(&e.table_id) {
+            replay_into(t, flushed, e);
         }
     }
     max_seq
+}
+
+/// Puts a WAL entry into the active memtable of its partition unless that
+/// partition's segments hold it (`flushed`: each partition's
+/// `flushed_seq`, in the state's order).
+fn replay_into(t: &TableInner, flushed: &[u64], e: wal::WalEntry) {
+    let st = t.state.read();
+    let i = st.part_index(&e.key);
+    if e.seq > flushed.get(i).copied().unwrap_or(u64::MAX) {
+        st.parts[i].active.insert(e.key, e.seq, e.mutation);
+    }
 }
 
 /// The storage of the database at `root`: its object store (the local

@@ -210,7 +210,10 @@ impl Database {
             stream: None,
         });
         self.commit_catalog(&mut cat, next).await?;
-        let mut t = TableInner::new(id, schema.clone(), options, 0, TableManifest::default(), Vec::new());
+        let mut manifest = TableManifest::default();
+        let storage = &self.inner.shared.storage;
+        let parts = crate::state::parts_of(&mut manifest, |m| Ok(storage.open_segment(m.clone())))?;
+        let mut t = TableInner::new(id, schema.clone(), options, 0, manifest, parts);
         t.series = series;
         self.inner.shared.tables.write().insert(schema.name, Arc::new(t));
         Ok(())

@@ -47,23 +47,24 @@ async fn read_row_inner(t: &TableInner, snap: &Snapshot, now: i64, get: GetRow) 
     })
 }
 
-/// One GetRange response on a snapshot; `within` narrows the range (a
-/// local transaction's partition).
+/// One GetRange response on the snapshots of a table's partitions (in
+/// key order, taken together); `within` narrows the range (a local
+/// transaction's partition).
 pub(super) async fn read_range(
     t: &TableInner,
-    snap: &Snapshot,
+    snaps: &[Snapshot],
     now: i64,
     req: GetRange,
     within: Option<&KeyRange>,
 ) -> Result<RangeResult> {
-    read_range_inner(t, snap, now, req, within)
+    read_range_inner(t, snaps, now, req, within)
         .await
         .map_err(|e| t.read_error(e))
 }
 
 async fn read_range_inner(
     t: &TableInner,
-    snap: &Snapshot,
+    snaps: &[Snapshot],
     now: i64,
     req: GetRange,
     within: Option<&KeyRange>,
@@ -79,14 +80,33 @@ async fn read_range_inner(
     }
     let limit = req.limit.unwrap_or(MAX_RANGE_ROWS).min(MAX_RANGE_ROWS);
     let cols = fetched_columns(&req.options);
-    let mut scan = MergeScan::new(snap, range, backward, cols.as_deref());
+    // The partitions the range reaches, in the scan's direction.
+    let mut parts: Vec<&Snapshot> = snaps.iter().filter(|s| !s.range.intersect(&range).is_empty()).collect();
+    if backward {
+        parts.reverse();
+    }
+    let mut parts = parts.into_iter();
+    let Some(mut snap) = parts.next() else {
+        return Ok(RangeResult::default());
+    };
+    let mut scan = MergeScan::new(snap, range.clone(), backward, cols.as_deref());
     let mut out = RangeResult::default();
     let mut bytes = 0usize;
     let mut scanned = 0usize;
     let mut read_bytes = 0usize;
     let types = t.schema.pk_types();
     let pk_names: usize = t.schema.primary_key.iter().map(|c| c.name.len()).sum();
-    while let Some((key, state)) = scan.next().await? {
+    loop {
+        let Some((key, state)) = scan.next().await? else {
+            match parts.next() {
+                Some(next) => {
+                    snap = next;
+                    scan = MergeScan::new(snap, range.clone(), backward, cols.as_deref());
+                    continue;
+                }
+                None => break,
+            }
+        };
         // A filter that passes few rows ends a response after
         // MAX_RANGE_SCANNED_ROWS rows looked at, however few it holds.
         if out.rows.len() >= limit || bytes >= MAX_RANGE_BYTES || scanned >= MAX_RANGE_SCANNED_ROWS {

@@ -130,9 +130,9 @@ impl Table {
         &self.inner
     }
 
-    /// A consistent view for one read.
-    pub(crate) fn snapshot(&self) -> crate::state::Snapshot {
-        self.inner.snapshot(&self.db.shared().visible_seq)
+    /// A consistent view of every partition for one read, in key order.
+    pub(crate) fn snapshots(&self) -> Vec<crate::state::Snapshot> {
+        self.inner.snapshots(&self.db.shared().visible_seq)
     }
 
     /// The database clock, in milliseconds.
@@ -146,7 +146,7 @@ impl Table {
     pub(crate) fn discovered_columns(&self) -> std::collections::BTreeMap<String, [u64; 5]> {
         let st = self.inner.state.read();
         let mut out: std::collections::BTreeMap<String, [u64; 5]> = Default::default();
-        for seg in st.segments.iter() {
+        for seg in st.all_segments().iter() {
             for (i, (name, types)) in seg.meta.columns.iter().enumerate() {
                 let e = out.entry(name.clone()).or_default();
                 match seg.meta.value_counts.get(i) {
@@ -161,7 +161,7 @@ impl Table {
                 }
             }
         }
-        for m in st.immutables.iter().chain(std::iter::once(&st.active)) {
+        for m in st.all_memtables() {
             for (name, c) in m.value_counts() {
                 let e = out.entry(name).or_default();
                 e.iter_mut().zip(&c).for_each(|(a, b)| *a += b);
@@ -229,7 +229,9 @@ impl Table {
     /// units read.
     pub async fn get_row(&self, get: GetRow) -> Result<GetRowResult> {
         self.check_live()?;
-        let snap = self.inner.snapshot(&self.db.shared().visible_seq);
+        // A key that does not encode is refused by the read itself.
+        let key = self.inner.schema.encode_pk(&get.primary_key).unwrap_or_default();
+        let snap = self.inner.snapshot_for(&key, &self.db.shared().visible_seq);
         read_row(&self.inner, &snap, self.db.now_ms(), get).await
     }
 
@@ -237,8 +239,8 @@ impl Table {
     /// `next_start` set when more rows may remain.
     pub async fn get_range(&self, req: GetRange) -> Result<RangeResult> {
         self.check_live()?;
-        let snap = self.inner.snapshot(&self.db.shared().visible_seq);
-        read_range(&self.inner, &snap, self.db.now_ms(), req, None).await
+        let snaps = self.snapshots();
+        read_range(&self.inner, &snaps, self.db.now_ms(), req, None).await
     }
 
     /// Starts a local transaction on one partition key value (a value of
@@ -280,7 +282,7 @@ impl Table {
                 return Ok(());
             }
             self.check_live()?;
-            if self.inner.state.read().segments.is_empty() {
+            if self.inner.state.read().parts.iter().all(|p| p.segments.is_empty()) {
                 return Ok(());
             }
         }
@@ -306,7 +308,7 @@ impl Table {
     /// are not counted). An archived table's footers are fetched once.
     pub async fn column_sizes(&self) -> Result<Vec<ColumnSize>> {
         self.check_live()?;
-        let segments = self.inner.state.read().segments.clone();
+        let segments = self.inner.state.read().all_segments();
         let mut out: Vec<ColumnSize> = Vec::new();
         for seg in segments.iter() {
             for (column, bytes, uncompressed_bytes) in seg.column_bytes().await? {
@@ -331,26 +333,24 @@ impl Table {
     pub fn stats(&self) -> TableStats {
         use std::sync::atomic::Ordering::Relaxed;
         let st = self.inner.state.read();
+        let segments = st.all_segments();
         TableStats {
-            segments: st.segments.len(),
-            segment_bytes: st.segments.iter().map(|s| s.meta.size_bytes).sum(),
-            memtable_bytes: st.active.approx_bytes(),
-            frozen_memtables: st.immutables.len(),
+            segments: segments.len(),
+            segment_bytes: segments.iter().map(|s| s.meta.size_bytes).sum(),
+            memtable_bytes: st.parts.iter().map(|p| p.active.approx_bytes()).sum(),
+            frozen_memtables: st.parts.iter().map(|p| p.immutables.len()).sum(),
             flushes: self.inner.stats.flushes.load(Relaxed),
             flush_bytes: self.inner.stats.flush_bytes.load(Relaxed),
             compactions: self.inner.stats.compactions.load(Relaxed),
             compaction_bytes: self.inner.stats.compaction_bytes.load(Relaxed),
             compaction_read_bytes: self.inner.stats.compaction_read_bytes.load(Relaxed),
             compaction_moved_bytes: self.inner.stats.compaction_moved_bytes.load(Relaxed),
-            runs: crate::state::runs(&st.segments).len(),
+            runs: st.parts.iter().map(|p| crate::state::runs(&p.segments).len()).max().unwrap_or(0),
             write_stall_micros: self.db.shared().stall_micros.load(Relaxed),
             scan_overlay_builds: self.inner.stats.overlay_builds.load(Relaxed),
             scan_overlay_extensions: self.inner.stats.overlay_extensions.load(Relaxed),
             scan_overlay_laid_over: self.inner.stats.overlay_laid_over.load(Relaxed),
-            scan_overlay_bytes: std::iter::once(&st.active)
-                .chain(st.immutables.iter())
-                .map(|m| crate::read::overlay_bytes(m))
-                .sum(),
+            scan_overlay_bytes: st.all_memtables().iter().map(|m| crate::read::overlay_bytes(m)).sum(),
             scan_pages: self.inner.stats.scan_pages.load(Relaxed),
             scan_pages_read: self.inner.stats.scan_pages_read.load(Relaxed),
             last_flush_error: self.inner.last_flush_error.lock().clone(),

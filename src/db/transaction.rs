@@ -133,7 +133,7 @@ impl Transaction {
     /// The table as the transaction sees it: committed data plus its own
     /// writes on top.
     fn view(&self, w: &Writes) -> Snapshot {
-        let mut snap = self.table.snapshot(&self.db.shared().visible_seq);
+        let mut snap = self.table.snapshot_for(&self.partition, &self.db.shared().visible_seq);
         snap.memtables.push(w.mem.clone());
         // No write to the partition but the transaction's can be in
         // flight (the partition is locked), so every memtable write of its
@@ -217,7 +217,7 @@ impl Transaction {
         let st = self.state.lock().await;
         self.touch(&st)?;
         let within = KeyRange::prefixed(&self.partition);
-        read_range(&self.table, &self.view(&st), self.db.now_ms(), req, Some(&within)).await
+        read_range(&self.table, std::slice::from_ref(&self.view(&st)), self.db.now_ms(), req, Some(&within)).await
     }
 
     /// Commits every write of the transaction at once (one WAL record);

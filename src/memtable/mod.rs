@@ -366,13 +366,27 @@ impl Memtable {
             .count()
     }
 
-    /// The key `n` keys after the smallest (`None` past the last).
-    pub fn nth_key(&self, n: usize) -> Option<Vec<u8>> {
-        self.map.read().keys.keys().nth(n).cloned()
-    }
-
     pub fn key_count(&self) -> usize {
         self.map.read().keys.len()
+    }
+
+    /// The key `n` keys after the smallest in `range` (`None` past its last).
+    pub fn nth_key_in(&self, range: &KeyRange, n: usize) -> Option<Vec<u8>> {
+        let map = self.map.read();
+        let hi = match &range.hi {
+            Some(h) => Bound::Excluded(h.as_slice()),
+            None => Bound::Unbounded,
+        };
+        map.keys
+            .range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
+            .nth(n)
+            .map(|(k, _)| k.clone())
+    }
+
+    /// The smallest and largest key, `None` when empty.
+    pub fn key_bounds(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+        let map = self.map.read();
+        Some((map.keys.keys().next()?.clone(), map.keys.keys().next_back()?.clone()))
     }
 }
 

@@ -49,7 +49,9 @@ pub(crate) struct MergeScan {
 }
 
 impl MergeScan {
+    /// A scan of `range` on `snap`, kept to the snapshot's partition.
     pub fn new(snap: &Snapshot, range: KeyRange, backward: bool, columns: Option<&[String]>) -> Self {
+        let range = range.intersect(&snap.range);
         let mut sources = Vec::new();
         let mut age = 0;
         for seg in snap.segments.iter() {

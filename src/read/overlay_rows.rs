@@ -152,6 +152,8 @@ async fn slot_overlay(
     }
     let older = (!below.is_empty()).then(|| Snapshot {
         seq: at,
+        part: cx.snap.part,
+        range: cx.snap.range.clone(),
         memtables: below.iter().map(|m| (*m).clone()).collect(),
         segments: Arc::new(match under {
             Under::Segment(seg) => vec![seg.clone()],

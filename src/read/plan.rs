@@ -158,15 +158,23 @@ pub(super) enum ScanPiece {
     Merge(KeyRange),
 }
 
-/// Cuts ranges (sorted, disjoint) into pieces by segment overlap.
+/// Cuts ranges (sorted, disjoint) into pieces by segment overlap, kept
+/// to the snapshot's partition.
 pub(super) fn plan_pieces(snap: &Snapshot, ranges: &[ScanRange]) -> Vec<ScanPiece> {
     let mut out = Vec::new();
     for r in ranges {
-        if r.range.is_empty() {
+        if r.point {
+            if snap.range.contains(&r.range.lo) {
+                out.push(ScanPiece::Point(r.range.lo.clone()));
+            }
             continue;
         }
-        if r.point {
-            out.push(ScanPiece::Point(r.range.lo.clone()));
+        let clipped = r.range.intersect(&snap.range);
+        let r = &ScanRange {
+            range: clipped,
+            point: false,
+        };
+        if r.range.is_empty() {
             continue;
         }
         let mut segs: Vec<&Arc<Segment>> = snap

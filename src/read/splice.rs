@@ -124,6 +124,8 @@ impl SingleReader {
         let (table, snap, cols) = (&cx.table, &cx.snap, &cx.cols);
         let mem_snap = Snapshot {
             seq: snap.seq,
+            part: snap.part,
+            range: snap.range.clone(),
             memtables: snap.memtables.clone(),
             segments: Arc::new(Vec::new()),
             options: snap.options,

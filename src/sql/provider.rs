@@ -25,6 +25,7 @@ use super::scan_exec::{CellarScanExec, PredicateFilter, keeps_key_order};
 use crate::db::table::Table;
 use crate::model::key::KeyRange;
 use crate::model::types::ValueType;
+use super::scan_exec::ScanPiece;
 use crate::read::{OutCol, RowFilter, RowGroupFilter, ScanRange, Snapshot, arrow_type, pk_value_type};
 
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
@@ -191,23 +192,42 @@ impl CellarTable {
         };
         let cols: Arc<[OutCol]> = idx.iter().map(|i| self.cols[*i].clone()).collect();
         let schema = Arc::new(self.schema.project(&idx)?);
-        let snap = Arc::new(self.table.snapshot());
+        // One snapshot of every table partition, taken together; each
+        // partition the ranges reach is read by its own DataFusion
+        // partitions (or chunks).
+        let touched: Vec<(Arc<Snapshot>, Vec<ScanRange>)> = self
+            .table
+            .snapshots()
+            .into_iter()
+            .map(|snap| {
+                let ranges = within(&plan.ranges, &snap.range);
+                (Arc::new(snap), ranges)
+            })
+            .filter(|(_, r)| !r.is_empty())
+            .collect();
+        let err = |e| df_err(self.table.inner().read_error(e));
         // A scan that declares its key order is one partition of ordered
         // chunks read in parallel (`ordered_scan`); others get a partition
-        // per core.
-        let partitions = if target_partitions > 1 && keeps_key_order(&cols) {
-            let chunks = split(&snap, plan.ranges, Cut::Groups(chunk_groups(cols.len()))).await;
-            (
-                chunks.map_err(|e| df_err(self.table.inner().read_error(e)))?,
-                target_partitions,
-            )
-        } else {
-            let parts = split(&snap, plan.ranges, Cut::Parts(target_partitions)).await;
-            (parts.map_err(|e| df_err(self.table.inner().read_error(e)))?, 1)
-        };
+        // per core, and at least one per table partition.
+        let mut pieces: Vec<ScanPiece> = Vec::new();
+        let ordered = target_partitions > 1 && keeps_key_order(&cols);
+        let per_part = target_partitions.div_ceil(touched.len().max(1));
+        for (snap, ranges) in touched {
+            let cut = match ordered {
+                true => Cut::Groups(chunk_groups(cols.len())),
+                false => Cut::Parts(per_part),
+            };
+            for chunk in split(&snap, ranges, cut).await.map_err(err)? {
+                pieces.push((snap.clone(), chunk));
+            }
+        }
+        if pieces.is_empty() {
+            let first = self.table.snapshots().into_iter().next().expect("a table has a partition");
+            pieces.push((Arc::new(first), Vec::new()));
+        }
+        let partitions = (pieces, if ordered { target_partitions } else { 1 });
         Ok(CellarScanExec::new(
             self.table.clone(),
-            snap,
             self.table.now_ms(),
             partitions,
             cols,
@@ -216,6 +236,23 @@ impl CellarTable {
             plan.description,
         ))
     }
+}
+
+/// The part of sorted `ranges` inside a table partition's `range`.
+fn within(ranges: &[ScanRange], range: &KeyRange) -> Vec<ScanRange> {
+    ranges
+        .iter()
+        .filter_map(|r| {
+            if r.point {
+                return range.contains(&r.range.lo).then(|| r.clone());
+            }
+            let clipped = r.range.intersect(range);
+            (!clipped.is_empty()).then_some(ScanRange {
+                range: clipped,
+                point: false,
+            })
+        })
+        .collect()
 }
 
 /// Segment row groups per chunk of an ordered scan of a few columns: 64k

@@ -1,12 +1,13 @@
 //! The physical scan of one Cellar table: a partition per set of key
-//! ranges, each a latest-version scan of the table's snapshot; or, when
-//! the scan declares its key order, one partition whose chunks of key
-//! ranges are read in parallel and handed on in order
-//! ([`super::ordered_scan`]).
+//! ranges of one table partition, each a latest-version scan of that
+//! partition's snapshot; or, when the scan declares its key order, one
+//! partition whose chunks of key ranges are read in parallel and handed
+//! on in order ([`super::ordered_scan`]).
 //!
-//! Invariants: every partition reads the one snapshot taken when the plan
-//! was made, so a query sees each row once, as of one moment; a declared
-//! key order holds within each partition.
+//! Invariants: every partition reads the snapshots taken together when
+//! the plan was made, so a query sees each row once, as of one moment; a
+//! table partition is read only within its own key range; a declared key
+//! order holds within each partition.
 
 use std::fmt;
 use std::sync::Arc;
@@ -32,11 +33,11 @@ use crate::read::{
 #[derive(Debug)]
 pub struct CellarScanExec {
     pub(super) table: Table,
-    pub(super) snap: Arc<Snapshot>,
     pub(super) now_ms: i64,
-    /// Key ranges per partition; when `parallel` > 1, per chunk of the
-    /// one ordered partition.
-    pub(super) partitions: Vec<Vec<ScanRange>>,
+    /// Key ranges of one table partition, with its snapshot, per
+    /// DataFusion partition; when `parallel` > 1, per chunk of the one
+    /// ordered partition (in key order).
+    pub(super) partitions: Vec<ScanPiece>,
     /// Chunks read at once by the ordered partition (1: the ranges are
     /// DataFusion's partitions).
     pub(super) parallel: usize,
@@ -53,6 +54,9 @@ pub struct CellarScanExec {
     /// What statistics pruning saved, over every partition executed.
     pub(super) counters: Arc<ScanCounters>,
 }
+
+/// A table partition's snapshot and key ranges of it to read.
+pub(super) type ScanPiece = (Arc<Snapshot>, Vec<ScanRange>);
 
 /// Non-key predicates evaluated on a scan's output rows.
 pub(super) struct PredicateFilter(pub(super) Arc<dyn PhysicalExpr>);
@@ -94,9 +98,8 @@ impl CellarScanExec {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         table: Table,
-        snap: Arc<Snapshot>,
         now_ms: i64,
-        (partitions, parallel): (Vec<Vec<ScanRange>>, usize),
+        (partitions, parallel): (Vec<ScanPiece>, usize),
         cols: Arc<[OutCol]>,
         schema: SchemaRef,
         limit: Option<usize>,
@@ -126,7 +129,6 @@ impl CellarScanExec {
         );
         CellarScanExec {
             table,
-            snap,
             now_ms,
             partitions,
             parallel,
@@ -142,12 +144,12 @@ impl CellarScanExec {
         }
     }
 
-    /// A latest-version scan of `ranges` at the plan's snapshot, sharing
+    /// A latest-version scan of a piece at the plan's snapshot, sharing
     /// `shared` with the other chunks of its scan.
-    fn scan(&self, ranges: &[ScanRange], shared: Arc<ScanShared>) -> LatestScan {
+    fn scan(&self, (snap, ranges): &ScanPiece, shared: Arc<ScanShared>) -> LatestScan {
         LatestScan::new(
             self.table.inner().clone(),
-            self.snap.clone(),
+            snap.clone(),
             self.now_ms,
             ranges,
             ScanOutput {
@@ -171,7 +173,12 @@ impl CellarScanExec {
         if self.chunked() {
             // Scans are made here, at the plan's snapshot, and started as
             // the ordered stream reaches them.
-            let whole = self.partitions.iter().flatten().map(|r| r.range.clone()).collect();
+            let whole = self
+                .partitions
+                .iter()
+                .flat_map(|(_, r)| r)
+                .map(|r| r.range.clone())
+                .collect();
             let shared = Arc::new(ScanShared::chunked(whole));
             let scans: Vec<_> = self
                 .partitions
@@ -181,8 +188,11 @@ impl CellarScanExec {
             let s = super::ordered_scan::ordered_stream(scans.into_iter(), self.parallel, self.limit);
             return Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), s));
         }
-        let ranges = self.partitions.get(partition).cloned().unwrap_or_default();
-        let scan = self.scan(&ranges, Arc::default());
+        let piece = match self.partitions.get(partition) {
+            Some(p) => p.clone(),
+            None => (self.partitions[0].0.clone(), Vec::new()),
+        };
+        let scan = self.scan(&piece, Arc::default());
         Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
             batches(scan, self.table.inner().clone()),

@@ -301,9 +301,11 @@ struct Producer {
     layout: Layout,
     full_schema: SchemaRef,
     projection: Option<Vec<usize>>,
-    ranges: std::collections::VecDeque<ScanRange>,
+    /// Key ranges, each with the table partition that holds it.
+    ranges: std::collections::VecDeque<(usize, crate::model::key::KeyRange)>,
     scan: Option<MergeScan>,
-    snap: crate::read::Snapshot,
+    /// Every table partition's, taken together.
+    snaps: Vec<crate::read::Snapshot>,
     now: i64,
 }
 
@@ -327,15 +329,15 @@ impl Producer {
         let mut rows = 0;
         while rows < BATCH_ROWS {
             if self.scan.is_none() {
-                let Some(r) = self.ranges.pop_front() else { break };
-                self.scan = Some(MergeScan::new(&self.snap, r.range, false, None));
+                let Some((i, r)) = self.ranges.pop_front() else { break };
+                self.scan = Some(MergeScan::new(&self.snaps[i], r, false, None));
             }
             let Some(scan) = self.scan.as_mut() else { break };
             let Some((key, state)) = scan.next().await? else {
                 self.scan = None;
                 continue;
             };
-            let Some(cells) = visible_cells(&state, self.now, &self.snap.options, &self.read) else {
+            let Some(cells) = visible_cells(&state, self.now, &self.snaps[0].options, &self.read) else {
                 continue;
             };
             let pk = self.table.schema().decode_pk(&key)?;
@@ -398,15 +400,25 @@ impl ExecutionPlan for VersionsExec {
     leaf_plan!("CellarVersionsExec");
 
     fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        let snaps = self.table.snapshots();
+        let mut ranges = std::collections::VecDeque::new();
+        for r in &self.ranges {
+            for (i, snap) in snaps.iter().enumerate() {
+                let piece = r.range.intersect(&snap.range);
+                if !piece.is_empty() {
+                    ranges.push_back((i, piece));
+                }
+            }
+        }
         let p = Producer {
             table: self.table.clone(),
             read: self.read.clone(),
             layout: self.layout.clone(),
             full_schema: self.full_schema.clone(),
             projection: self.projection.clone(),
-            ranges: self.ranges.iter().cloned().collect(),
+            ranges,
             scan: None,
-            snap: self.table.snapshot(),
+            snaps,
             now: self.table.now_ms(),
         };
         let s = futures::stream::unfold(p, |mut p| async move {

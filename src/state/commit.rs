@@ -48,6 +48,8 @@ impl TableInner {
             return Ok(false);
         }
         next.counters = self.stats.counters();
+        // What versions before partitions read: the table's floor.
+        next.flushed_seq = next.partitions.iter().map(|p| p.flushed_seq).min().unwrap_or(next.flushed_seq);
         let version = manifest.0 + 1;
         self.manifest_log
             .commit(&*storage.store, storage.local_root.as_deref(), version, &next)

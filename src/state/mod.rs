@@ -24,14 +24,30 @@ use parking_lot::{Mutex, RwLock};
 use crate::error::{Error, ErrorKind};
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::memtable::Memtable;
+use crate::model::key::KeyRange;
 use crate::model::schema::{ColumnDef, TableOptions, TableSchema};
 use crate::remote::RemoteLocation;
 use crate::segment::Segment;
 
 mod commit;
 
+/// A table's in-memory state: its partitions in key order.
 pub(crate) struct TableState {
-    /// Where the committer inserts; replaced only by [`TableState::freeze_active`].
+    /// Never empty; the first starts at the lowest key, each ends where
+    /// the next starts.
+    pub parts: Vec<PartState>,
+}
+
+/// One range partition: its memtables and segments.
+///
+/// A partition reads only its own keys (`range`) of its sources: after a
+/// split, both halves name the parent's segments and frozen memtables
+/// until their flushes and compactions have written their own.
+pub(crate) struct PartState {
+    pub id: u64,
+    /// The keys it holds (whole partition-key values).
+    pub range: KeyRange,
+    /// Where the committer inserts; replaced only by [`PartState::freeze_active`].
     pub active: Arc<Memtable>,
     /// The active memtable's link in the table's [`MemChain`].
     chain: Arc<MemChain>,
@@ -41,14 +57,13 @@ pub(crate) struct TableState {
     pub segments: Arc<Vec<Arc<Segment>>>,
 }
 
-impl TableState {
-    fn new(segments: Vec<Arc<Segment>>) -> Self {
+impl PartState {
+    pub fn new(id: u64, range: KeyRange, segments: Vec<Arc<Segment>>) -> Self {
         let active = Arc::new(Memtable::new());
-        TableState {
-            chain: Arc::new(MemChain {
-                mem: active.clone(),
-                next: OnceLock::new(),
-            }),
+        PartState {
+            id,
+            range,
+            chain: MemChain::link(active.clone()),
             active,
             immutables: Vec::new(),
             segments: Arc::new(segments),
@@ -62,39 +77,140 @@ impl TableState {
             return;
         }
         let fresh = Arc::new(Memtable::new());
-        let link = Arc::new(MemChain {
-            mem: fresh.clone(),
-            next: OnceLock::new(),
-        });
-        // The old link is only ever given a successor here, once.
-        let _ = self.chain.next.set(link.clone());
+        let link = MemChain::link(fresh.clone());
+        // The old link is only ever given successors here, once.
+        let _ = self.chain.next.set(vec![link.clone()]);
         self.chain = link;
         let frozen = std::mem::replace(&mut self.active, fresh);
         self.immutables.push(frozen);
     }
+
+    /// Its memtables, oldest first, the active one last.
+    pub fn memtables(&self) -> impl Iterator<Item = &Arc<Memtable>> {
+        self.immutables.iter().chain(std::iter::once(&self.active))
+    }
+
+    /// Smallest sequence not yet in a segment, if any write is unflushed.
+    pub fn min_unflushed_seq(&self) -> Option<u64> {
+        self.memtables().filter_map(|m| m.min_seq()).min()
+    }
+
+    /// Whether every source it names holds only its own keys (none is
+    /// shared with a neighbour since a split).
+    pub fn owns_its_sources(&self) -> bool {
+        let inside = |min: &[u8], max: &[u8]| {
+            self.range.lo.as_slice() <= min && self.range.hi.as_ref().is_none_or(|h| max < h.as_slice())
+        };
+        self.segments.iter().all(|s| inside(&s.min_key, &s.max_key))
+            && self
+                .immutables
+                .iter()
+                .all(|m| m.key_bounds().is_none_or(|(lo, hi)| inside(&lo, &hi)))
+    }
+}
+
+impl TableState {
+    fn new(parts: Vec<PartState>) -> Self {
+        debug_assert!(!parts.is_empty() && parts[0].range.lo.is_empty());
+        TableState { parts }
+    }
+
+    /// The index of the partition holding `key`.
+    pub fn part_index(&self, key: &[u8]) -> usize {
+        match self.parts.len() {
+            1 => 0,
+            _ => self.parts.partition_point(|p| p.range.lo.as_slice() <= key).max(1) - 1,
+        }
+    }
+
+    /// The partition holding `key`.
+    pub fn part(&self, key: &[u8]) -> &PartState {
+        &self.parts[self.part_index(key)]
+    }
+
+    /// The partition `id`, if the table has it.
+    pub fn part_by_id(&self, id: u64) -> Option<&PartState> {
+        self.parts.iter().find(|p| p.id == id)
+    }
+
+    pub fn part_by_id_mut(&mut self, id: u64) -> Option<&mut PartState> {
+        self.parts.iter_mut().find(|p| p.id == id)
+    }
+
+    /// Every segment of every partition, each once.
+    pub fn all_segments(&self) -> Vec<Arc<Segment>> {
+        let mut seen = HashSet::new();
+        self.parts
+            .iter()
+            .flat_map(|p| p.segments.iter())
+            .filter(|s| seen.insert(s.meta.id))
+            .cloned()
+            .collect()
+    }
+
+    /// Every memtable of every partition, each once.
+    pub fn all_memtables(&self) -> Vec<Arc<Memtable>> {
+        let mut out: Vec<Arc<Memtable>> = Vec::new();
+        for m in self.parts.iter().flat_map(|p| p.memtables()) {
+            if !out.iter().any(|o| Arc::ptr_eq(o, m)) {
+                out.push(m.clone());
+            }
+        }
+        out
+    }
 }
 
 /// The table's memtables in the order they were active, each linked to
-/// the next. A checked write holds the link of the memtable that was
-/// active when it read its row: through it the committer reaches every
-/// write made to the row since, also in memtables flushed and dropped from
-/// the state meanwhile. Only such writes hold links (never a reader's
+/// the ones that took its place: the next one of its partition, or those
+/// of the partitions a split or merge made of it. A checked write holds
+/// the link of the memtable that was active when it read its row: through
+/// it the committer reaches every write made to the row since, also in
+/// memtables flushed and dropped from the state meanwhile, and across
+/// splits and merges. Only such writes hold links (never a reader's
 /// snapshot), so flushed memtables stay in memory only while a checked
 /// write that may need them waits for the committer.
 pub(crate) struct MemChain {
     pub mem: Arc<Memtable>,
-    next: OnceLock<Arc<MemChain>>,
+    /// When the link was made: links are visited in this order.
+    order: u64,
+    next: OnceLock<Vec<Arc<MemChain>>>,
 }
 
 impl MemChain {
-    /// This link's memtable and every later one, oldest first.
-    pub fn iter(self: &Arc<Self>) -> impl Iterator<Item = &Arc<Memtable>> {
-        let mut link = Some(&**self);
-        std::iter::from_fn(move || {
-            let l = link?;
-            link = l.next.get().map(|n| &**n);
-            Some(&l.mem)
+    fn link(mem: Arc<Memtable>) -> Arc<Self> {
+        static ORDER: AtomicU64 = AtomicU64::new(0);
+        Arc::new(MemChain {
+            mem,
+            order: ORDER.fetch_add(1, Ordering::Relaxed),
+            next: OnceLock::new(),
         })
+    }
+
+    /// Gives the link its successors (once): the memtables a split or a
+    /// merge makes active in its partition's place.
+    pub fn succeed(&self, next: Vec<Arc<MemChain>>) {
+        let _ = self.next.set(next);
+    }
+
+    /// This link's memtable and every one active after it that it leads
+    /// to, each once, oldest first. A key's writes are in memtables of
+    /// its partitions over time, which this order visits oldest first
+    /// (the memtables of other partitions hold none of them).
+    pub fn memtables(self: &Arc<Self>) -> Vec<Arc<Memtable>> {
+        let mut links: Vec<&MemChain> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut todo: Vec<&MemChain> = vec![&**self];
+        while let Some(l) = todo.pop() {
+            if !seen.insert(l.order) {
+                continue;
+            }
+            links.push(l);
+            if let Some(next) = l.next.get() {
+                todo.extend(next.iter().map(|n| &**n));
+            }
+        }
+        links.sort_by_key(|l| l.order);
+        links.into_iter().map(|l| l.mem.clone()).collect()
     }
 }
 
@@ -102,11 +218,10 @@ impl Drop for MemChain {
     /// Unlinks iteratively: a long chain dropped at once would otherwise
     /// recurse once per link.
     fn drop(&mut self) {
-        let mut next = self.next.take();
-        while let Some(link) = next {
-            match Arc::try_unwrap(link) {
-                Ok(mut l) => next = l.next.take(),
-                Err(_) => break,
+        let mut todo: Vec<Arc<MemChain>> = self.next.take().unwrap_or_default();
+        while let Some(link) = todo.pop() {
+            if let Ok(mut l) = Arc::try_unwrap(link) {
+                todo.extend(l.next.take().unwrap_or_default());
             }
         }
     }
@@ -209,9 +324,16 @@ pub(crate) struct TableCounters {
     pub scan_pages_read: AtomicU64,
 }
 
-/// A consistent view of one table for one read.
+/// A consistent view of one partition of a table for one read; a read
+/// of several partitions takes theirs together (one `seq`).
+///
+/// Its sources may hold keys outside `range` (shared since a split):
+/// every read through it keeps to `range`.
 pub(crate) struct Snapshot {
     pub seq: u64,
+    /// The partition's id and keys.
+    pub part: u64,
+    pub range: KeyRange,
     /// Oldest first.
     pub memtables: Vec<Arc<Memtable>>,
     /// Oldest first.
@@ -221,7 +343,7 @@ pub(crate) struct Snapshot {
 
 impl std::fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Snapshot(seq {})", self.seq)
+        write!(f, "Snapshot(seq {}, partition {})", self.seq, self.part)
     }
 }
 
@@ -261,7 +383,7 @@ impl TableInner {
         options: TableOptions,
         manifest_version: u64,
         manifest: TableManifest,
-        segments: Vec<Arc<Segment>>,
+        parts: Vec<PartState>,
     ) -> Self {
         let mut schema = schema;
         let declared = RwLock::new(std::mem::take(&mut schema.columns));
@@ -272,7 +394,7 @@ impl TableInner {
             manifest_log: ManifestLog::new(&format!("tables/{id}/manifest")),
             schema,
             options: RwLock::new(options),
-            state: RwLock::new(TableState::new(segments)),
+            state: RwLock::new(TableState::new(parts)),
             manifest: tokio::sync::Mutex::new((manifest_version, manifest)),
             dropped: AtomicBool::new(false),
             stats,
@@ -310,40 +432,36 @@ impl TableInner {
         s
     }
 
-    pub fn snapshot(&self, visible_seq: &AtomicU64) -> Snapshot {
-        self.snapshot_locked(&self.state.read(), visible_seq)
-    }
-
-    fn snapshot_locked(&self, st: &TableState, visible_seq: &AtomicU64) -> Snapshot {
-        let seq = visible_seq.load(Ordering::Acquire);
-        let mut memtables = st.immutables.clone();
-        memtables.push(st.active.clone());
-        Snapshot {
-            seq,
-            memtables,
-            segments: st.segments.clone(),
-            options: *self.options.read(),
-        }
-    }
-
-    /// A snapshot for a write that reads its row, with the chain link of
-    /// the memtable active at that moment (taken under one lock, so every
-    /// write after the snapshot's sequence is in that memtable or a later
-    /// one).
-    pub fn checked_snapshot(&self, visible_seq: &AtomicU64) -> (Snapshot, Arc<MemChain>) {
+    /// Snapshots of every partition, taken together, in key order.
+    pub fn snapshots(&self, visible_seq: &AtomicU64) -> Vec<Snapshot> {
         let st = self.state.read();
-        let chain = st.chain.clone();
-        (self.snapshot_locked(&st, visible_seq), chain)
+        let seq = visible_seq.load(Ordering::Acquire);
+        let options = *self.options.read();
+        st.parts.iter().map(|p| part_snapshot(p, seq, options)).collect()
+    }
+
+    /// A snapshot of the partition holding `key`.
+    pub fn snapshot_for(&self, key: &[u8], visible_seq: &AtomicU64) -> Snapshot {
+        let st = self.state.read();
+        let seq = visible_seq.load(Ordering::Acquire);
+        part_snapshot(st.part(key), seq, *self.options.read())
+    }
+
+    /// A snapshot for a write that reads the row at `key`, with the chain
+    /// link of its partition's active memtable at that moment (taken
+    /// under one lock, so every write after the snapshot's sequence is in
+    /// that memtable or one the link leads to).
+    pub fn checked_snapshot(&self, key: &[u8], visible_seq: &AtomicU64) -> (Snapshot, Arc<MemChain>) {
+        let st = self.state.read();
+        let seq = visible_seq.load(Ordering::Acquire);
+        let p = st.part(key);
+        (part_snapshot(p, seq, *self.options.read()), p.chain.clone())
     }
 
     /// Smallest sequence not yet in a segment, if any write is unflushed.
     pub fn min_unflushed_seq(&self) -> Option<u64> {
         let st = self.state.read();
-        st.immutables
-            .iter()
-            .chain(std::iter::once(&st.active))
-            .filter_map(|m| m.min_seq())
-            .min()
+        st.parts.iter().filter_map(|p| p.min_unflushed_seq()).min()
     }
 
     /// The refusal of a write to a read-only table: names the table and
@@ -380,14 +498,65 @@ impl TableInner {
         self.archive.read().as_ref().is_some_and(|a| a.complete)
     }
 
-    /// How many sorted runs the table's segments form.
+    /// How many sorted runs the segments of its most layered partition
+    /// form (what a read there merges).
     pub fn run_count(&self) -> usize {
-        runs(&self.state.read().segments).len()
+        let st = self.state.read();
+        st.parts.iter().map(|p| runs(&p.segments).len()).max().unwrap_or(0)
     }
 
     pub fn unflushed_bytes(&self) -> usize {
-        let st = self.state.read();
-        st.immutables.iter().map(|m| m.approx_bytes()).sum::<usize>() + st.active.approx_bytes()
+        self.state.read().all_memtables().iter().map(|m| m.approx_bytes()).sum()
+    }
+}
+
+/// The partitions a manifest names, with their segments (`open` gives
+/// each segment once, so a segment two partitions name is one object).
+/// Gives a manifest from before partitions its one partition first.
+pub(crate) fn parts_of(
+    manifest: &mut TableManifest,
+    mut open: impl FnMut(&crate::segment::SegmentMeta) -> crate::error::Result<Arc<Segment>>,
+) -> crate::error::Result<Vec<PartState>> {
+    manifest.normalize();
+    let mut opened: std::collections::HashMap<u64, Arc<Segment>> = std::collections::HashMap::new();
+    for m in &manifest.segments {
+        opened.insert(m.id, open(m)?);
+    }
+    let lowers: Vec<Vec<u8>> = manifest.partitions.iter().map(|p| p.lower_key()).collect();
+    let mut parts = Vec::with_capacity(lowers.len());
+    for (i, p) in manifest.partitions.iter().enumerate() {
+        let segments = p
+            .segments
+            .iter()
+            .map(|id| {
+                opened.get(id).cloned().ok_or_else(|| {
+                    Error::corruption(format!("partition {} names segment {id}, which the manifest lacks", p.id))
+                })
+            })
+            .collect::<crate::error::Result<Vec<_>>>()?;
+        let range = KeyRange {
+            lo: lowers[i].clone(),
+            hi: lowers.get(i + 1).cloned(),
+        };
+        if (i == 0) != range.lo.is_empty() || range.is_empty() {
+            return Err(Error::corruption(format!(
+                "partition {} has bounds out of order in the manifest",
+                p.id
+            )));
+        }
+        parts.push(PartState::new(p.id, range, segments));
+    }
+    Ok(parts)
+}
+
+fn part_snapshot(p: &PartState, seq: u64, options: TableOptions) -> Snapshot {
+    Snapshot {
+        seq,
+        part: p.id,
+        range: p.range.clone(),
+        memtables: p.memtables().cloned().collect(),
+        segments: p.segments.clone(),
+        options,
     }
 }
 
@@ -423,7 +592,7 @@ mod tests {
     /// deep recursion.
     #[test]
     fn a_chain_link_reaches_every_later_memtable() {
-        let mut st = TableState::new(Vec::new());
+        let mut st = PartState::new(0, KeyRange::all(), Vec::new());
         st.active.insert(b"k".to_vec(), 1, put(1));
         let link = st.chain.clone();
         for seq in 2..5u64 {
@@ -437,11 +606,11 @@ mod tests {
         assert_eq!(before, Arc::as_ptr(&st.chain));
         assert_eq!(st.immutables.len(), 4);
         st.active.insert(b"k".to_vec(), 5, put(5));
-        assert_eq!(link.iter().count(), 5);
+        assert_eq!(link.memtables().len(), 5);
         // The flushes of every frozen memtable.
         st.immutables.clear();
         let mut row = RowState::default();
-        for m in link.iter() {
+        for m in link.memtables() {
             m.apply_after(b"k", 2, &mut row);
         }
         assert_eq!(row.seq, 5);
@@ -453,7 +622,7 @@ mod tests {
             st.freeze_active();
             st.immutables.clear();
         }
-        assert_eq!(first.iter().count(), 200_001);
+        assert_eq!(first.memtables().len(), 200_001);
         drop(first);
     }
 }

@@ -163,7 +163,7 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
         let mut found = state.is_some();
         let mut st = state.unwrap_or_default();
         let mut moved = false;
-        for m in chain.iter() {
+        for m in chain.memtables() {
             moved |= m.apply_after(key, at, &mut st);
         }
         if earlier.is_empty() && !moved {

@@ -502,7 +502,7 @@ impl CommitState {
             match msg {
                 CommitMsg::Freeze { table, done } => {
                     // The caller flushes it itself.
-                    freeze(host, wal, &table, false);
+                    freeze(host, wal, &table, false, 0);
                     let _ = done.send(Ok(()));
                 }
                 CommitMsg::Sync => {
@@ -565,8 +565,11 @@ fn commit_group(
         let active = match &current {
             Some((id, m)) if *id == w.table.id => m.clone(),
             _ => {
-                let m = w.table.state.read().active.clone();
-                current = Some((w.table.id, m.clone()));
+                // Each write goes to its partition's memtable; a table of
+                // one partition is looked up once per run of its writes.
+                let st = w.table.state.read();
+                let m = st.part(&w.key).active.clone();
+                current = (st.parts.len() == 1).then(|| (w.table.id, m.clone()));
                 m
             }
         };
@@ -623,15 +626,21 @@ fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &
 fn maybe_freeze(host: &dyn CommitHost, wal: &mut WalWriter, touched: &[Arc<TableInner>]) {
     let limit = host.memtable_bytes();
     for t in touched {
-        let full = t.state.read().active.approx_bytes() >= limit;
+        let full = t.state.read().parts.iter().any(|p| p.active.approx_bytes() >= limit);
         if full {
-            freeze(host, wal, t, true);
+            freeze(host, wal, t, true, limit);
         }
     }
 }
 
-fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>, schedule: bool) {
-    table.state.write().freeze_active();
+/// Freezes the active memtables of `table`'s partitions that hold at
+/// least `at_least` bytes (0: every one with writes).
+fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>, schedule: bool, at_least: usize) {
+    for p in table.state.write().parts.iter_mut() {
+        if p.active.approx_bytes() >= at_least {
+            p.freeze_active();
+        }
+    }
     // Start a new WAL file so that this memtable's file can go once flushed.
     if wal.current_size() > 0 {
         let _ = wal.rotate();
