@@ -49,9 +49,9 @@ pub use db::table::{ColumnSize, Table, TableStats};
 pub use db::transaction::Transaction;
 pub use db::{
     ArchiveOnDrop, DEFAULT_STREAM_EXPIRATION_HOURS, Database, MAX_STREAM_EXPIRATION_HOURS, MAX_STREAM_RECORDS,
-    MaintenanceAction, MaintenanceStep, SequenceInfo, Series, SeriesOptions, SeriesUpdate, ShardInfo, StreamAction,
-    StreamChange, StreamColumn, StreamDescription, StreamInfo, StreamRecord, StreamRecords, StreamSpec, StreamStart,
-    TableDescription, TableListing,
+    MaintenanceAction, MaintenanceStep, PartitionInfo, SequenceInfo, Series, SeriesOptions, SeriesUpdate, ShardInfo,
+    SplitRange, StreamAction, StreamChange, StreamColumn, StreamDescription, StreamInfo, StreamRecord, StreamRecords,
+    StreamSpec, StreamStart, TableDescription, TableListing,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{

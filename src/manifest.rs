@@ -109,9 +109,17 @@ impl TableManifest {
     /// Drops from `segments` every segment no partition names any more;
     /// returns their ids.
     pub fn drop_unnamed_segments(&mut self) -> Vec<u64> {
-        let named: std::collections::HashSet<u64> =
-            self.partitions.iter().flat_map(|p| p.segments.iter().copied()).collect();
-        let gone = self.segments.iter().filter(|s| !named.contains(&s.id)).map(|s| s.id).collect();
+        let named: std::collections::HashSet<u64> = self
+            .partitions
+            .iter()
+            .flat_map(|p| p.segments.iter().copied())
+            .collect();
+        let gone = self
+            .segments
+            .iter()
+            .filter(|s| !named.contains(&s.id))
+            .map(|s| s.id)
+            .collect();
         self.segments.retain(|s| named.contains(&s.id));
         gone
     }

@@ -58,6 +58,9 @@ pub struct OptionArgs {
     /// Whether UpdateRow is allowed
     #[arg(long, value_parser = parse_bool)]
     pub(super) allow_update: Option<bool>,
+    /// Split a range partition past this many segment bytes (0: by hand only, `cellar partition split`)
+    #[arg(long)]
+    pub(super) partition_split_bytes: Option<u64>,
 }
 
 impl OptionArgs {
@@ -67,6 +70,7 @@ impl OptionArgs {
             max_versions: self.max_versions,
             max_version_offset_secs: self.max_version_offset,
             allow_update: self.allow_update,
+            partition_split_bytes: self.partition_split_bytes,
         }
     }
 }
@@ -267,6 +271,21 @@ pub enum Command {
         /// their Parquet footers) under "column_sizes", largest first
         #[arg(long)]
         sizes: bool,
+        /// Add the table's range partitions under "partitions": id, lower
+        /// and upper partition-key bounds (null: unbounded), bytes, rows,
+        /// segments, parents (the partitions it was split or merged from)
+        #[arg(long)]
+        partitions: bool,
+    },
+    /// Cut a table into ranges of about SIZE bytes at partition-key values
+    /// (ComputeSplitPointsBySize): one JSON line per range, with its lower
+    /// and upper bound and the partition serving it
+    SplitPoints {
+        /// Table name
+        table: String,
+        /// Bytes per range (> 0)
+        #[arg(long)]
+        size: u64,
     },
     /// Apply NDJSON operations from FILE or stdin
     Write {

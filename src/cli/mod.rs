@@ -11,6 +11,7 @@ mod args;
 mod demo;
 mod import;
 pub mod json;
+mod partitions;
 mod series;
 mod sql;
 mod stdout;
@@ -65,6 +66,7 @@ pub fn main() -> i32 {
 fn only_reads(command: &Command) -> bool {
     match command {
         Command::List { .. } | Command::Describe { .. } | Command::Get { .. } | Command::Scan { .. } => true,
+        Command::SplitPoints { .. } => true,
         Command::Check { .. } | Command::Export { .. } | Command::Stream { .. } => true,
         Command::Sql { command, file, .. } if !command.is_empty() || !file.is_empty() => {
             let files: Option<Vec<String>> = file.iter().map(|f| std::fs::read_to_string(f).ok()).collect();
@@ -141,6 +143,7 @@ fn changes(command: &Command) -> Option<&'static str> {
         Command::List { .. }
         | Command::Stream { .. }
         | Command::Describe { .. }
+        | Command::SplitPoints { .. }
         | Command::Get { .. }
         | Command::Scan { .. }
         | Command::Check { .. }
@@ -283,10 +286,22 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 }
             }
         }
-        Command::Describe { table, stats, sizes } if db.series(&table).is_ok() && !stats && !sizes => {
+        Command::Describe {
+            table, stats, sizes, ..
+        } if db.series(&table).is_ok() && !stats && !sizes => {
             writeln!(out, "{}", series::describe_series(db, &table)?).map_err(io)?;
         }
-        Command::Describe { table, stats, sizes } => {
+        Command::SplitPoints { table, size } => {
+            for line in partitions::split_points_lines(db, &table, size).await? {
+                writeln!(out, "{line}").map_err(io)?;
+            }
+        }
+        Command::Describe {
+            table,
+            stats,
+            sizes,
+            partitions: with_partitions,
+        } => {
             let d = db.describe_table(&table)?;
             let pk: Vec<Json> = d
                 .schema
@@ -307,6 +322,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 "max_versions": d.options.max_versions,
                 "max_version_offset": d.options.max_version_offset_secs,
                 "allow_update": d.options.allow_update,
+                "partition_split_bytes": d.options.partition_split_bytes,
             });
             let mut j = j;
             let stream = match db.list_streams(Some(&table)).await?.into_iter().next() {
@@ -343,6 +359,9 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 if let Some(st) = &stream {
                     j["stats"]["stream_bytes"] = json!(st.bytes);
                 }
+            }
+            if with_partitions {
+                j["partitions"] = partitions::partitions_json(db, &table).await?;
             }
             if sizes {
                 let cols = db.table(&table)?.column_sizes().await?;

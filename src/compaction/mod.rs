@@ -194,7 +194,18 @@ async fn compact_part(table: &Arc<TableInner>, part: u64, pick: Pick, p: &Compac
     let mut result = Ok(true);
     for group in &merged {
         let group: Vec<Arc<Segment>> = group.iter().map(|&i| inputs[i].clone()).collect();
-        result = merge(table, &group, run, older.clone(), &options, cutoff, &range, p, &mut outputs).await;
+        result = merge(
+            table,
+            &group,
+            run,
+            older.clone(),
+            &options,
+            cutoff,
+            &range,
+            p,
+            &mut outputs,
+        )
+        .await;
         if !matches!(result, Ok(true)) {
             break;
         }

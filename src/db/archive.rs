@@ -163,7 +163,9 @@ impl Database {
         undo.armed = false;
         let mut manifest = record.manifest.clone();
         let cache = Some(self.path());
-        let parts = crate::state::parts_of(&mut manifest, |m| Ok(archived_segment(t.id, m, &remote, storage, cache)))?;
+        let parts = crate::state::parts_of(&mut manifest, |m| {
+            Ok(archived_segment(t.id, m, &remote, storage, cache))
+        })?;
         let old = std::mem::replace(&mut t.state.write().parts, parts);
         let mut seen = std::collections::HashSet::new();
         old.iter()
@@ -549,8 +551,8 @@ fn archived_segment(
     storage: &Storage,
     cache: Option<&std::path::Path>,
 ) -> Arc<Segment> {
-    let seg =
-        Segment::new(m.clone(), remote.store.clone(), None, storage.read_checks).with_chunk_cache(storage.chunk_cache.clone());
+    let seg = Segment::new(m.clone(), remote.store.clone(), None, storage.read_checks)
+        .with_chunk_cache(storage.chunk_cache.clone());
     let seg = match (&storage.local_root, cache) {
         (Some(_), Some(root)) => seg.with_tail_cache(tail_cache_dir(root, id).join(format!("{}.tail", m.id))),
         _ => seg,

@@ -148,7 +148,12 @@ impl Shared {
         let cutoff = table.options.read().ttl_cutoff_ms(self.options.clock.now_ms());
         let (most_runs, wanted) = {
             let st = table.state.read();
-            let most_runs = st.parts.iter().map(|p| crate::state::runs(&p.segments).len()).max().unwrap_or(0);
+            let most_runs = st
+                .parts
+                .iter()
+                .map(|p| crate::state::runs(&p.segments).len())
+                .max()
+                .unwrap_or(0);
             let wanted = st.parts.iter().any(|p| {
                 (!p.owns_its_sources() && !p.segments.is_empty())
                     || compaction::choose(&p.segments, compaction::Pick::Auto, self.policy(), cutoff).is_some()
@@ -156,8 +161,8 @@ impl Shared {
             (most_runs, wanted)
         };
         self.schedule_catch_up(&table, most_runs);
-        if !wanted || table.compaction_queued.swap(true, Ordering::AcqRel)
-        {
+        self.schedule_repartition(&table);
+        if !wanted || table.compaction_queued.swap(true, Ordering::AcqRel) {
             return;
         }
         let queued = table.clone();
@@ -202,7 +207,7 @@ impl Shared {
 
     /// Runs `task` on the runtime, counted in `background_in_flight` (a
     /// close waits for it). False when the database is going away.
-    fn spawn_background<F, Fut>(&self, task: F) -> bool
+    pub(super) fn spawn_background<F, Fut>(&self, task: F) -> bool
     where
         F: FnOnce(Arc<Shared>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,

@@ -230,7 +230,15 @@ pub(super) async fn read_tail(
 pub(super) async fn apply_tail(tables: &[Arc<TableInner>], entries: Vec<wal::WalEntry>) -> u64 {
     let mut by_id = HashMap::new();
     for t in tables.iter().filter(|t| !t.is_archived()) {
-        let flushed: Vec<u64> = t.manifest.lock().await.1.partitions.iter().map(|p| p.flushed_seq).collect();
+        let flushed: Vec<u64> = t
+            .manifest
+            .lock()
+            .await
+            .1
+            .partitions
+            .iter()
+            .map(|p| p.flushed_seq)
+            .collect();
         by_id.insert(t.id, (t, flushed));
     }
     let mut max_seq = 0;

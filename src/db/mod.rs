@@ -31,6 +31,7 @@ mod load;
 pub(crate) mod lock;
 mod maintain;
 pub(crate) mod open;
+mod partitions;
 pub(crate) mod queued;
 mod read_only;
 mod reads;
@@ -48,6 +49,7 @@ pub use self::archive::ArchiveOnDrop;
 use self::catalog::{CatalogEntry, CatalogFile};
 use self::inner::DbInner;
 pub use self::maintain::{MaintenanceAction, MaintenanceStep};
+pub use self::partitions::{PartitionInfo, SplitRange};
 pub use self::series::{Series, SeriesOptions, SeriesUpdate};
 pub use self::stream::{
     DEFAULT_STREAM_EXPIRATION_HOURS, MAX_STREAM_EXPIRATION_HOURS, MAX_STREAM_RECORDS, SequenceInfo, ShardInfo,

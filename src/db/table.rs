@@ -345,7 +345,12 @@ impl Table {
             compaction_bytes: self.inner.stats.compaction_bytes.load(Relaxed),
             compaction_read_bytes: self.inner.stats.compaction_read_bytes.load(Relaxed),
             compaction_moved_bytes: self.inner.stats.compaction_moved_bytes.load(Relaxed),
-            runs: st.parts.iter().map(|p| crate::state::runs(&p.segments).len()).max().unwrap_or(0),
+            runs: st
+                .parts
+                .iter()
+                .map(|p| crate::state::runs(&p.segments).len())
+                .max()
+                .unwrap_or(0),
             write_stall_micros: self.db.shared().stall_micros.load(Relaxed),
             scan_overlay_builds: self.inner.stats.overlay_builds.load(Relaxed),
             scan_overlay_extensions: self.inner.stats.overlay_extensions.load(Relaxed),
@@ -356,5 +361,58 @@ impl Table {
             last_flush_error: self.inner.last_flush_error.lock().clone(),
             last_compaction_error: self.inner.last_compaction_error.lock().clone(),
         }
+    }
+
+    /// The table's range partitions in key order: bounds, bytes and rows
+    /// (`cellar describe TABLE --partitions`).
+    pub async fn partitions(&self) -> Result<Vec<crate::PartitionInfo>> {
+        self.check_live()?;
+        super::partitions::partition_infos(&self.inner).await
+    }
+
+    /// Splits the partition holding partition-key value `at` in two: the
+    /// values below `at` and those from it. False when `at` is already a
+    /// partition's lower bound. (The background splits partitions past
+    /// `partition_split_bytes` by itself.)
+    pub async fn split_partition(&self, at: impl Into<crate::model::types::PkValue>) -> Result<bool> {
+        self.check_live()?;
+        self.db.writable("a partition split")?;
+        let at = at.into();
+        let first = &self.inner.schema.primary_key[0];
+        if matches!(at, crate::model::types::PkValue::AutoIncrement) || at.pk_type() != first.pk_type {
+            return Err(Error::param(format!(
+                "a split point is a value of the partition key '{}' ({:?}), got {at:?}",
+                first.name, first.pk_type
+            )));
+        }
+        let mut key = Vec::new();
+        crate::model::key::encode_value(&mut key, &at);
+        let part = self.inner.state.read().part(&key).id;
+        self.db.shared().split_partition(&self.inner, part, key).await
+    }
+
+    /// Merges the partition `id` with the one after it (`partitions()`
+    /// lists them). False when there is none after it.
+    pub async fn merge_partitions(&self, id: u64) -> Result<bool> {
+        self.check_live()?;
+        self.db.writable("a partition merge")?;
+        if self.inner.state.read().part_by_id(id).is_none() {
+            return Err(Error::new(
+                ErrorKind::ObjectNotExist,
+                format!(
+                    "table '{}' has no partition {id}; `cellar describe {} --partitions` lists them",
+                    self.name(),
+                    self.name()
+                ),
+            ));
+        }
+        self.db.shared().merge_partitions(&self.inner, id).await
+    }
+
+    /// ComputeSplitPointsBySize: the table cut into ranges of about
+    /// `size` bytes at partition-key values, with where each is served.
+    pub async fn compute_split_points(&self, size: u64) -> Result<Vec<crate::SplitRange>> {
+        self.check_live()?;
+        super::partitions::split_points(&self.inner, size).await
     }
 }

@@ -217,7 +217,14 @@ impl Transaction {
         let st = self.state.lock().await;
         self.touch(&st)?;
         let within = KeyRange::prefixed(&self.partition);
-        read_range(&self.table, std::slice::from_ref(&self.view(&st)), self.db.now_ms(), req, Some(&within)).await
+        read_range(
+            &self.table,
+            std::slice::from_ref(&self.view(&st)),
+            self.db.now_ms(),
+            req,
+            Some(&within),
+        )
+        .await
     }
 
     /// Commits every write of the transaction at once (one WAL record);

@@ -138,10 +138,44 @@ impl Memtable {
             }
         }
         self.approx_bytes.fetch_add(bytes, Ordering::Relaxed);
-        let _ = self
-            .min_seq
-            .compare_exchange(0, seq, Ordering::Relaxed, Ordering::Relaxed);
+        // Writes arrive in sequence order, except those `copy_from` brings
+        // (in key order).
+        let min = self.min_seq.load(Ordering::Relaxed);
+        if min == 0 || seq < min {
+            let _ = self.min_seq.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                (m == 0 || seq < m).then_some(seq)
+            });
+        }
         self.max_seq.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// Adds every write `src` holds for a key in `range`, with its
+    /// sequence (a split hands a partition's unflushed writes to the
+    /// halves). Call before any other insert: each key's writes must stay
+    /// in sequence order.
+    pub fn copy_from(&self, src: &Memtable, range: &KeyRange) {
+        type KeyOps = (Vec<u8>, Vec<(u64, Mutation)>);
+        let writes: Vec<KeyOps> = {
+            let map = src.map.read();
+            let Some(bounds) = range_bounds(range, None) else {
+                return;
+            };
+            map.keys
+                .range::<[u8], _>(bounds)
+                .map(|(k, ops)| {
+                    let ops = match ops {
+                        Ops::Put(seq, packed) => vec![(*seq, unpack(packed, &map.names.columns))],
+                        Ops::Many(ops) => ops.clone(),
+                    };
+                    (k.clone(), ops)
+                })
+                .collect()
+        };
+        for (k, ops) in writes {
+            for (seq, m) in ops {
+                self.insert(k.clone(), seq, m);
+            }
+        }
     }
 
     /// Values written per attribute column and type (`ValueType::index`
@@ -366,6 +400,7 @@ impl Memtable {
             .count()
     }
 
+    #[cfg(test)]
     pub fn key_count(&self) -> usize {
         self.map.read().keys.len()
     }

@@ -55,7 +55,16 @@ pub struct TableOptions {
     pub max_version_offset_secs: i64,
     /// When false, UpdateRow is refused. Defaults to true.
     pub allow_update: bool,
+    /// A range partition whose segments pass this many bytes is split in
+    /// two at a partition-key value, and two neighbours that together
+    /// hold less than a quarter of it are merged; 0 (the default): the
+    /// table is partitioned only by hand.
+    #[serde(default)]
+    pub partition_split_bytes: u64,
 }
+
+/// The smallest `partition_split_bytes` accepted (other than 0).
+pub const MIN_PARTITION_SPLIT_BYTES: u64 = 64 * 1024;
 
 impl Default for TableOptions {
     fn default() -> Self {
@@ -64,6 +73,7 @@ impl Default for TableOptions {
             max_versions: 1,
             max_version_offset_secs: 86400,
             allow_update: true,
+            partition_split_bytes: 0,
         }
     }
 }
@@ -79,6 +89,12 @@ impl TableOptions {
         }
         if self.max_versions < 1 {
             return Err(Error::param("max_versions must be at least 1, got 0"));
+        }
+        if self.partition_split_bytes != 0 && self.partition_split_bytes < MIN_PARTITION_SPLIT_BYTES {
+            return Err(Error::param(format!(
+                "partition_split_bytes must be 0 (split by hand only) or at least {MIN_PARTITION_SPLIT_BYTES}, got {}",
+                self.partition_split_bytes
+            )));
         }
         if self.max_version_offset_secs <= 0 {
             return Err(Error::param(format!(
@@ -120,6 +136,8 @@ pub struct OptionsUpdate {
     pub max_version_offset_secs: Option<i64>,
     /// Whether UpdateRow is allowed.
     pub allow_update: Option<bool>,
+    /// New partition split size in bytes (0: split by hand only).
+    pub partition_split_bytes: Option<u64>,
 }
 
 impl OptionsUpdate {
@@ -129,6 +147,7 @@ impl OptionsUpdate {
             max_versions: self.max_versions.unwrap_or(o.max_versions),
             max_version_offset_secs: self.max_version_offset_secs.unwrap_or(o.max_version_offset_secs),
             allow_update: self.allow_update.unwrap_or(o.allow_update),
+            partition_split_bytes: self.partition_split_bytes.unwrap_or(o.partition_split_bytes),
         }
     }
 }

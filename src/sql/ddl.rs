@@ -98,9 +98,17 @@ fn options_update(opts: &[SqlOption]) -> DfResult<OptionsUpdate> {
                     _ => return Err(plan_err(format!("allow_update needs true or false, got '{v}'"))),
                 })
             }
+            "partition_split_bytes" => {
+                let n = int_option("partition_split_bytes", &v)?;
+                u.partition_split_bytes = Some(u64::try_from(n).map_err(|_| {
+                    plan_err(format!(
+                        "partition_split_bytes must be 0 or a positive number of bytes, got {n}"
+                    ))
+                })?);
+            }
             other => {
                 return Err(plan_err(format!(
-                    "unknown table option '{other}'; accepted: ttl (seconds, -1 = never), max_versions, max_version_offset (seconds), allow_update, \
+                    "unknown table option '{other}'; accepted: ttl (seconds, -1 = never), max_versions, max_version_offset (seconds), allow_update, partition_split_bytes, \
                      auto_increment = 'column' (at creation), stream (true/false), stream_expiration_hours, stream_columns = 'a,b', \
                      and for a series: series = 'monthly', time_column, archive_after_months, drop_after_months, archive_to, \
                      archive_endpoint, archive_region, archive_allow_http"

@@ -69,6 +69,7 @@ pub(super) fn table(t: crate::db::table::Table) -> DfResult<SendableRecordBatchS
         ("max_versions", o.max_versions.to_string()),
         ("max_version_offset", format!("{} s", o.max_version_offset_secs)),
         ("allow_update", o.allow_update.to_string()),
+        ("partition_split_bytes", o.partition_split_bytes.to_string()),
     ];
     for (k, v) in opts {
         section.push("option".to_string());

@@ -21,11 +21,11 @@ use super::errors::df_err;
 use super::insert::insert_plan;
 use super::prune::StatsPruner;
 use super::pushdown::{self, KeyPlan};
+use super::scan_exec::ScanPiece;
 use super::scan_exec::{CellarScanExec, PredicateFilter, keeps_key_order};
 use crate::db::table::Table;
 use crate::model::key::KeyRange;
 use crate::model::types::ValueType;
-use super::scan_exec::ScanPiece;
 use crate::read::{OutCol, RowFilter, RowGroupFilter, ScanRange, Snapshot, arrow_type, pk_value_type};
 
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
@@ -222,7 +222,12 @@ impl CellarTable {
             }
         }
         if pieces.is_empty() {
-            let first = self.table.snapshots().into_iter().next().expect("a table has a partition");
+            let first = self
+                .table
+                .snapshots()
+                .into_iter()
+                .next()
+                .expect("a table has a partition");
             pieces.push((Arc::new(first), Vec::new()));
         }
         let partitions = (pieces, if ordered { target_partitions } else { 1 });

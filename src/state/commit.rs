@@ -49,7 +49,12 @@ impl TableInner {
         }
         next.counters = self.stats.counters();
         // What versions before partitions read: the table's floor.
-        next.flushed_seq = next.partitions.iter().map(|p| p.flushed_seq).min().unwrap_or(next.flushed_seq);
+        next.flushed_seq = next
+            .partitions
+            .iter()
+            .map(|p| p.flushed_seq)
+            .min()
+            .unwrap_or(next.flushed_seq);
         let version = manifest.0 + 1;
         self.manifest_log
             .commit(&*storage.store, storage.local_root.as_deref(), version, &next)
@@ -58,5 +63,18 @@ impl TableInner {
         *manifest = (version, next);
         install(&mut self.state.write());
         Ok(true)
+    }
+
+    /// Commits a manifest version that changes the table's partitions,
+    /// without touching the in-memory state: the caller installs the same
+    /// change on the committer thread (see `db::partitions`). Returns
+    /// false when `edit` gives up.
+    pub async fn commit_layout(
+        self: &Arc<Self>,
+        crash_point: &'static str,
+        edit: impl FnOnce(&mut TableManifest) -> Result<bool>,
+        storage: &Storage,
+    ) -> Result<bool> {
+        self.commit_manifest(storage, crash_point, edit, |_| {}).await
     }
 }

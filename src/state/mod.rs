@@ -30,6 +30,7 @@ use crate::remote::RemoteLocation;
 use crate::segment::Segment;
 
 mod commit;
+mod layout;
 
 /// A table's in-memory state: its partitions in key order.
 pub(crate) struct TableState {
@@ -280,6 +281,10 @@ pub(crate) struct TableInner {
     /// The table's change stream log, when its stream is enabled: the
     /// committer appends each group's writes to it.
     pub stream: RwLock<Option<Arc<crate::stream::StreamLog>>>,
+    /// Held by a partition split or merge from start to end.
+    pub layout: tokio::sync::Mutex<()>,
+    /// A background split or merge is queued or running.
+    pub repartition_queued: AtomicBool,
 }
 
 /// A table's place in an object store.
@@ -412,6 +417,8 @@ impl TableInner {
             transfer: tokio::sync::Mutex::new(()),
             series: None,
             stream: RwLock::new(None),
+            layout: tokio::sync::Mutex::new(()),
+            repartition_queued: AtomicBool::new(false),
         }
     }
 
@@ -530,7 +537,10 @@ pub(crate) fn parts_of(
             .iter()
             .map(|id| {
                 opened.get(id).cloned().ok_or_else(|| {
-                    Error::corruption(format!("partition {} names segment {id}, which the manifest lacks", p.id))
+                    Error::corruption(format!(
+                        "partition {} names segment {id}, which the manifest lacks",
+                        p.id
+                    ))
                 })
             })
             .collect::<crate::error::Result<Vec<_>>>()?;

@@ -107,6 +107,12 @@ pub(crate) enum CommitMsg {
         table: Arc<TableInner>,
         done: oneshot::Sender<Result<()>>,
     },
+    /// Run a change of the tables' in-memory state between two rounds
+    /// (no write is being inserted meanwhile): a partition split or merge.
+    Apply {
+        change: Box<dyn FnOnce() + Send>,
+        done: oneshot::Sender<()>,
+    },
     /// Fsync now (interval durability timer), then drop obsolete WAL files.
     Sync,
     /// A flush finished: obsolete WAL files can go.
@@ -504,6 +510,10 @@ impl CommitState {
                     // The caller flushes it itself.
                     freeze(host, wal, &table, false, 0);
                     let _ = done.send(Ok(()));
+                }
+                CommitMsg::Apply { change, done } => {
+                    change();
+                    let _ = done.send(());
                 }
                 CommitMsg::Sync => {
                     // A failure poisons the WAL: the next group is refused.

@@ -28,6 +28,7 @@ mod ordering;
 mod overlay_columns;
 mod overlay_diff;
 mod overlay_frozen;
+mod partitions;
 mod power_loss;
 mod pruning;
 mod read_diff;
