@@ -1,7 +1,7 @@
 //! Crash points: named places where a crash test can make the process die
 //! at once, as a SIGKILL or a power cut would, to aim at the moments where
 //! a crash is most likely to lose data: a flush or compaction commit, a
-//! manifest write, a WAL file switch.
+//! manifest write, a WAL file switch, a partition split or merge.
 //!
 //! `CELLAR_CRASH_POINT=NAME[:N]` in the environment makes the process abort
 //! (no destructors, no buffered output, no flush) the Nth time (default the
@@ -16,6 +16,8 @@
 //! | `compaction.outputs_written` | a compaction's outputs are durable, not yet committed |
 //! | `compaction.committed` | the manifest swapping inputs for outputs is durable |
 //! | `manifest.written` | any manifest or catalog version was written, older ones not yet pruned |
+//! | `partition.split_committed` | the manifest splitting a partition is durable, the memory not yet changed |
+//! | `partition.merge_committed` | the manifest merging two partitions is durable, the memory not yet changed |
 //! | `archive.uploaded` | an archive's segments and complete marker are stored, the catalog not yet changed |
 //! | `archive.committed` | the catalog records the archive, the local copy not yet freed |
 //! | `restore.manifest` | a restore's local manifest is durable, the catalog not yet changed |

@@ -142,7 +142,7 @@ impl ExecutionPlan for DmlExec {
     leaf_plan!("CellarDmlExec");
 
     fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
-        let input = self.scan.stream(0);
+        let input = self.scan.stream_all();
         let fut = Self::run(
             self.table.clone(),
             input,

@@ -169,6 +169,19 @@ impl CellarScanExec {
         self.parallel > 1 && self.partitions.len() > 1
     }
 
+    /// Every partition's rows, one partition after the other (in key
+    /// order when the plan was made for one target partition).
+    pub(super) fn stream_all(&self) -> SendableRecordBatchStream {
+        if self.chunked() || self.partitions.len() <= 1 {
+            return self.stream(0);
+        }
+        let streams: Vec<_> = (0..self.partitions.len()).map(|p| self.stream(p)).collect();
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            futures::StreamExt::flatten(futures::stream::iter(streams)),
+        ))
+    }
+
     pub(super) fn stream(&self, partition: usize) -> SendableRecordBatchStream {
         if self.chunked() {
             // Scans are made here, at the plan's snapshot, and started as

@@ -160,6 +160,23 @@ async fn splits_and_merges_under_writes_keep_every_row() {
             }
             model = writer.await.unwrap();
             let sess = SqlSession::new(db.clone());
+            // SQL UPDATE and DELETE reach every partition their keys span.
+            let (lo, hi) = (rng.random_range(0..150i64), rng.random_range(150..300i64));
+            let x = rng.random_range(0..2000i64);
+            rows(
+                &sess,
+                &format!("UPDATE t SET x = {x} WHERE card >= {lo} AND card < {hi}"),
+            )
+            .await;
+            for ((card, _), v) in model.iter_mut() {
+                if (lo..hi).contains(card) {
+                    v.0 = x;
+                }
+            }
+            let gone: Vec<i64> = (0..8).map(|_| rng.random_range(0..300i64)).collect();
+            let list = gone.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+            rows(&sess, &format!("DELETE FROM t WHERE card IN ({list})")).await;
+            model.retain(|(card, _), _| !gone.contains(card));
             check(&t, &sess, &model, &format!("seed {seed} round {round}")).await;
             match round % 3 {
                 0 => t.compact().await.unwrap(),

@@ -15,7 +15,8 @@
 //! replay gives. The
 //! parent kills it with SIGKILL at a random moment, or lets it abort at a
 //! crash point (a flush or compaction commit, a manifest write, a WAL
-//! switch: `CELLAR_CRASH_POINT`), then opens the database and compares a
+//! switch, a partition split or merge: `CELLAR_CRASH_POINT`; partitions
+//! split and merge beside the writes), then opens the database and compares a
 //! full scan of each table, every kept version, with a model replaying the
 //! same stream: the table must equal the model after the acknowledged
 //! units, or after one more (the unit in flight, whole). Any other state
@@ -41,13 +42,15 @@ pub(crate) const KEYS: i64 = 300;
 pub(crate) const TABLES: [(&str, u32); 3] = [("ints", 3), ("strs", 2), ("sqlt", 1)];
 const COLUMNS: [&str; 5] = ["a", "b", "c", "d", "e"];
 /// Crash points the writer may be aimed at (see `src/crash_point.rs`).
-const CRASH_POINTS: [&str; 6] = [
+const CRASH_POINTS: [&str; 8] = [
     "wal.switched",
     "flush.segment_written",
     "flush.committed",
     "compaction.outputs_written",
     "compaction.committed",
     "manifest.written",
+    "partition.split_committed",
+    "partition.merge_committed",
 ];
 
 /// A value as the model keeps it (doubles by their bits).
@@ -562,9 +565,33 @@ async fn torture_writer_process() {
             }
         }));
     }
+    // Partitions split and merge under the writers (a merge waits for
+    // compaction to rewrite what a split left shared).
+    let layout = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED);
+            while Instant::now() < deadline {
+                let table = rng.random_range(0..TABLES.len());
+                let t = db.table(TABLES[table].0).unwrap();
+                let parts = t.partitions().await.unwrap();
+                if parts.len() < 2 || (parts.len() < 6 && rng.random_bool(0.6)) {
+                    let at = match table {
+                        1 => PkValue::String(format!("p{:02}", rng.random_range(1..20))),
+                        _ => PkValue::Integer(rng.random_range(1..KEYS)),
+                    };
+                    t.split_partition(at).await.unwrap();
+                } else if let Err(e) = t.merge_partitions(parts[rng.random_range(0..parts.len() - 1)].id).await {
+                    assert!(e.to_string().contains("share segments"), "{e}");
+                }
+                tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+            }
+        })
+    };
     for t in tasks {
         t.await.unwrap();
     }
+    layout.await.unwrap();
 }
 
 /// `1` per write that passed its check, `0` per one that failed it; any
