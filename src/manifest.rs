@@ -57,6 +57,23 @@ pub(crate) struct TableManifest {
     /// The id the next partition a split or merge makes gets.
     #[serde(default)]
     pub next_partition_id: u64,
+    /// Partitions split or merged away whose change stream shards are
+    /// still kept (until their records expire), for their lineage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closed_partitions: Vec<ClosedPartition>,
+}
+
+/// A partition split or merged away, as its stream shard's lineage needs it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ClosedPartition {
+    pub id: u64,
+    /// Its keys: from `lower` to `upper` (hex encodings; `upper` absent:
+    /// unbounded).
+    pub lower: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<u64>,
 }
 
 /// One range partition of a table: the partition-key values from `lower`

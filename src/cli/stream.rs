@@ -8,9 +8,12 @@
 //! `{"name":C,"type":"delete_all_versions"}`; with origin columns,
 //! `"origin":[{"name":C,"value":V,"version":MS}]` (values before the write).
 //!
-//! Invariant: each record is printed once, in its shard's order; without
-//! `--follow` the command ends at the last record synced when it read.
+//! Invariant: each record is printed once, in its shard's order, and a
+//! shard's records only after those of the shards it was split or merged
+//! from (so each key's records come in commit order); without `--follow`
+//! the command ends at the last record synced when it read.
 
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 
 use serde_json::{Value as Json, json};
@@ -33,35 +36,57 @@ pub(super) async fn run(db: &Database, table: &str, since: Option<i64>, follow: 
              ALTER TABLE {table} SET (stream = true))"
         )));
     };
-    let description = db.describe_stream(&info.stream_id).await?;
     let start = since.map_or(StreamStart::Oldest, StreamStart::AtMs);
     // Buffered, flushed page by page: a line write each was a system call each.
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout::stdout());
-    for shard in &description.shards {
-        let mut it = db.shard_iterator(&info.stream_id, &shard.shard_id, start).await?;
-        loop {
+    // Shards are read once their parents are finished (read to the end of
+    // a closed shard), so that each key's records come in commit order.
+    let mut reading: BTreeMap<String, String> = BTreeMap::new();
+    let mut finished: HashSet<String> = HashSet::new();
+    loop {
+        let shards = db.describe_stream(&info.stream_id).await?.shards;
+        let present: HashSet<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
+        for s in &shards {
+            let parents = [&s.parent_id, &s.parent_sibling_id];
+            let ready = parents
+                .iter()
+                .filter_map(|p| p.as_deref())
+                .all(|p| finished.contains(p) || !present.contains(p));
+            if ready && !finished.contains(&s.shard_id) && !reading.contains_key(&s.shard_id) {
+                let it = db.shard_iterator(&info.stream_id, &s.shard_id, start).await?;
+                reading.insert(s.shard_id.clone(), it);
+            }
+        }
+        let mut progressed = false;
+        for (shard, it) in reading.clone() {
             let page = db.get_stream_records(&it, PAGE).await?;
             for r in &page.records {
-                writeln!(out, "{}", record_json(r, &shard.shard_id)).map_err(|e| Error::io("write to stdout", e))?;
+                writeln!(out, "{}", record_json(r, &shard)).map_err(|e| Error::io("write to stdout", e))?;
             }
             out.flush().map_err(|e| Error::io("write to stdout", e))?;
-            let empty = page.records.is_empty();
+            progressed |= !page.records.is_empty();
             match page.next_iterator {
-                Some(next) => it = next,
-                None => break,
-            }
-            if empty {
-                if !follow {
-                    break;
+                Some(next) => {
+                    reading.insert(shard, next);
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(FOLLOW_WAIT) => {}
-                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                None => {
+                    // A closed shard, read to its end: its children next.
+                    reading.remove(&shard);
+                    finished.insert(shard);
+                    progressed = true;
                 }
             }
         }
+        if !progressed {
+            if !follow {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(FOLLOW_WAIT) => {}
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+        }
     }
-    Ok(())
 }
 
 /// One record as a JSON line (see the module docs).

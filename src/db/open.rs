@@ -86,9 +86,12 @@ impl Database {
                 continue;
             };
             let Some(stream) = &entry.stream else { continue };
-            let log = super::stream::open_log(&root, entry.id, &stream.spec, &loaded.stream_entries, max_seq)?;
-            last_commit_us = last_commit_us.max(log.last_commit_us());
-            *t.stream.write() = Some(log);
+            let now_us = options.clock.now_ms().max(0) as u64 * 1000;
+            let shards = super::stream::open_log(&root, t, &stream.spec, &loaded.stream_entries, (max_seq, now_us))?;
+            for (_, log) in shards.all() {
+                last_commit_us = last_commit_us.max(log.last_commit_us());
+            }
+            *t.stream.write() = Some(shards);
         }
         drop(loaded.stream_entries);
         let mut wal = WalWriter::create(

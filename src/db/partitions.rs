@@ -52,6 +52,7 @@ impl Shared {
         // written since this flush.
         self.freeze_and_flush(t).await?;
         let mut ids = (0, 0);
+        let keep = kept_shards(t);
         let committed = t
             .commit_layout(
                 "partition.split_committed",
@@ -60,6 +61,7 @@ impl Shared {
                         return Ok(false);
                     };
                     let parent = next.partitions[i].clone();
+                    close(next, i, &keep);
                     ids = (next.next_partition_id, next.next_partition_id + 1);
                     next.next_partition_id += 2;
                     let half = |id, lower: String| PartitionMeta {
@@ -81,6 +83,8 @@ impl Shared {
         }
         let table = t.clone();
         self.apply_in_committer(Box::new(move || {
+            // The halves' stream shards open as the parent's closes.
+            open_shards(&table, &[ids.0, ids.1]);
             table.state.write().split_part(part, &at, ids.0, ids.1);
         }))
         .await?;
@@ -116,6 +120,7 @@ impl Shared {
             r.id
         };
         let mut id = 0;
+        let keep = kept_shards(t);
         let committed = t
             .commit_layout(
                 "partition.merge_committed",
@@ -126,6 +131,8 @@ impl Shared {
                     if next.partitions.get(i + 1).is_none_or(|p| p.id != right) {
                         return Ok(false);
                     }
+                    close(next, i, &keep);
+                    close(next, i + 1, &keep);
                     id = next.next_partition_id;
                     next.next_partition_id += 1;
                     let (l, r) = (&next.partitions[i], &next.partitions[i + 1]);
@@ -150,6 +157,7 @@ impl Shared {
         }
         let table = t.clone();
         self.apply_in_committer(Box::new(move || {
+            open_shards(&table, &[id]);
             table.state.write().merge_parts(left, right, id);
         }))
         .await?;
@@ -236,6 +244,43 @@ impl Shared {
             }
         }
         Ok(())
+    }
+}
+
+/// The stream shards of `t` that exist now (closed ones a manifest keeps
+/// stay listed while their logs do).
+fn kept_shards(t: &TableInner) -> Vec<u64> {
+    t.stream.read().as_ref().map(|s| s.all().iter().map(|(p, _)| *p).collect()).unwrap_or_default()
+}
+
+/// Records partition `i` of `next` as closed when the table's stream
+/// keeps its shard (`keep`), and forgets closed partitions whose shards
+/// are gone.
+fn close(next: &mut crate::manifest::TableManifest, i: usize, keep: &[u64]) {
+    next.closed_partitions.retain(|c| keep.contains(&c.id));
+    let p = &next.partitions[i];
+    if keep.contains(&p.id) {
+        let closed = crate::manifest::ClosedPartition {
+            id: p.id,
+            lower: p.lower.clone(),
+            upper: next.partitions.get(i + 1).map(|n| n.lower.clone()),
+            parents: p.parents.clone(),
+        };
+        next.closed_partitions.push(closed);
+    }
+}
+
+/// Opens the stream shards of new partitions `parts` (on the committer
+/// thread, before any write is routed to them). A failure stops the
+/// stream's appends to nothing: the writes stay in the WAL, whose next
+/// open puts them into the logs.
+fn open_shards(t: &TableInner, parts: &[u64]) {
+    if let Some(shards) = t.stream.read().clone() {
+        for &p in parts {
+            if let Err(e) = shards.add(p) {
+                eprintln!("cellar: opening stream shard {p} of table '{}': {e}", t.schema.name);
+            }
+        }
     }
 }
 

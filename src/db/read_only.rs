@@ -62,7 +62,7 @@ impl Database {
         let storage = super::load::storage_for(&root, &options)?;
         let store = storage.store.clone();
         let loaded = super::load::load(&root, &storage, true, &[]).await?;
-        attach_streams(&root, &loaded);
+        attach_streams(&root, &loaded)?;
         let compaction_slots = tokio::sync::Semaphore::new(1);
         let shared = Arc::new_cyclic(|me| Shared {
             options,
@@ -132,7 +132,7 @@ impl Database {
         let mut catalog = self.inner.catalog.lock().await;
         let previous: Vec<_> = shared.tables.read().values().cloned().collect();
         let loaded = super::load::load(&self.inner.root, &shared.storage, true, &previous).await?;
-        attach_streams(&self.inner.root, &loaded);
+        attach_streams(&self.inner.root, &loaded)?;
         // The new memtables hold nothing above `max_seq`; what was visible
         // stays visible.
         shared.visible_seq.fetch_max(loaded.max_seq, Ordering::AcqRel);
@@ -171,7 +171,7 @@ impl Database {
 
 /// Gives each loaded table with a change stream its log, read beside the
 /// writer (`StreamLog::open_live`).
-fn attach_streams(root: &Path, loaded: &super::load::Loaded) {
+fn attach_streams(root: &Path, loaded: &super::load::Loaded) -> crate::error::Result<()> {
     for entry in loaded
         .catalog
         .tables
@@ -179,8 +179,8 @@ fn attach_streams(root: &Path, loaded: &super::load::Loaded) {
         .filter(|e| e.stream.is_some() && e.archive.is_none())
     {
         if let Some(t) = loaded.tables.get(&entry.schema.name) {
-            let dir = super::stream::stream_dir(root, entry.id);
-            *t.stream.write() = Some(crate::stream::StreamLog::open_live(&dir));
+            *t.stream.write() = Some(super::stream::open_live(root, t)?);
         }
     }
+    Ok(())
 }

@@ -1,11 +1,15 @@
 //! Change streams, Tablestore's Stream API: enabling a table's stream,
 //! ListStream, DescribeStream, GetShardIterator and GetStreamRecord.
 //!
-//! A table's stream has one shard per partition; a table is one partition
-//! today, so a stream has one shard, named by the table's id. Records live
-//! in the shard's log (`crate::stream`), appended by the committer in
-//! commit order and readable once synced (a background thread syncs the
-//! logs every few milliseconds).
+//! A table's stream has one shard per range partition: the first
+//! partition's is named by the table's id, the others' `<table id>.<partition
+//! id>`. A split closes its partition's shard and opens one per half, both
+//! naming it as parent; a merge closes two and opens one naming both
+//! (`parent_id`, `parent_sibling_id`). Records live in the shard's log
+//! (`crate::stream`), appended by the committer in commit order and
+//! readable once synced (a background thread syncs the logs every few
+//! milliseconds); a closed shard is kept until its records expire, and
+//! once read to its end gives no next iterator.
 //!
 //! Invariants: a record is read only once its log is synced, so what a
 //! reader saw survives a crash in place; an iterator names the stream it
@@ -21,7 +25,9 @@ use super::Database;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::row::{Action, Mutation};
 use crate::model::types::{PrimaryKey, Value};
-use crate::stream::{LogPosition, StreamLog};
+use crate::model::key::KeyRange;
+use crate::state::TableInner;
+use crate::stream::{LogPosition, StreamLog, StreamShards};
 
 /// A change of a table's stream settings, as `ALTER TABLE .. SET (stream
 /// = .., stream_expiration_hours = .., stream_columns = ..)` and `cellar
@@ -266,18 +272,19 @@ impl Database {
                     created_ms: entry.stream.as_ref().map_or(now, |s| s.created_ms),
                 });
                 if enabling {
-                    // A log left by a stream disabled before (its deletion cut short).
+                    // Logs left by a stream disabled before (its deletion cut short).
                     remove_dir(&dir)?;
-                    let log = StreamLog::open(&dir)?;
-                    log.set_expiration_hours(hours);
-                    log.set_origin_columns(columns);
+                    let parts: Vec<u64> = t.state.read().parts.iter().map(|p| p.id).collect();
+                    let shards = StreamShards::open(&dir, parts, false)?;
+                    shards.set_expiration_hours(hours);
+                    shards.set_origin_columns(columns);
                     self.commit_catalog(&mut cat, next).await?;
-                    *t.stream.write() = Some(log);
+                    *t.stream.write() = Some(shards);
                 } else {
                     self.commit_catalog(&mut cat, next).await?;
-                    if let Some(log) = &*t.stream.read() {
-                        log.set_expiration_hours(hours);
-                        log.set_origin_columns(columns);
+                    if let Some(shards) = &*t.stream.read() {
+                        shards.set_expiration_hours(hours);
+                        shards.set_origin_columns(columns);
                     }
                 }
             }
@@ -377,7 +384,9 @@ impl Database {
 
     /// DescribeStream.
     pub async fn describe_stream(&self, stream_id: &str) -> Result<StreamDescription> {
-        let (table, state, log) = self.stream(stream_id).await?;
+        let (table, state, shards) = self.stream(stream_id).await?;
+        let lineage = lineage(&table.manifest.lock().await.1);
+        let name = |p: u64| shard_name(table.id, p);
         Ok(StreamDescription {
             stream_id: state.id.clone(),
             table: table.schema.name.clone(),
@@ -385,19 +394,26 @@ impl Database {
             expiration_hours: state.spec.expiration_hours,
             columns: state.spec.columns.clone(),
             created_ms: state.created_ms,
-            shards: vec![ShardInfo {
-                shard_id: table.id.to_string(),
-                parent_id: None,
-                parent_sibling_id: None,
-            }],
-            bytes: log.bytes(),
+            shards: shards
+                .all()
+                .into_iter()
+                .map(|(p, _)| {
+                    let parents = lineage.get(&p).map(|(_, ps)| ps.clone()).unwrap_or_default();
+                    ShardInfo {
+                        shard_id: name(p),
+                        parent_id: parents.first().map(|&q| name(q)),
+                        parent_sibling_id: parents.get(1).map(|&q| name(q)),
+                    }
+                })
+                .collect(),
+            bytes: shards.bytes(),
         })
     }
 
     /// GetShardIterator: where a reader of `shard_id` starts.
     pub async fn shard_iterator(&self, stream_id: &str, shard_id: &str, start: StreamStart) -> Result<String> {
-        let (table, state, log) = self.stream(stream_id).await?;
-        check_shard(&table, stream_id, shard_id)?;
+        let (table, state, shards) = self.stream(stream_id).await?;
+        let (part, log) = shard_log(&table, &shards, stream_id, shard_id)?;
         let mut at = log.start()?;
         if let StreamStart::AtMs(ms) = start {
             // The first record committed at or after `ms`, or the end.
@@ -418,7 +434,7 @@ impl Database {
                 }
             }
         }
-        Ok(encode_iterator(&state.id, table.id, at))
+        Ok(encode_iterator(&state.id, part, at))
     }
 
     /// GetStreamRecord: up to `limit` records (at most
@@ -430,12 +446,17 @@ impl Database {
             )));
         }
         let (stream_id, shard, at) = decode_iterator(iterator)?;
-        let (table, state, log) = self.stream(&stream_id).await?;
-        if table.id != shard {
-            return Err(Error::param(format!(
-                "the iterator names shard {shard}, which stream '{stream_id}' does not have"
-            )));
-        }
+        let (table, state, shards) = self.stream(&stream_id).await?;
+        let Some(log) = shards.log(shard) else {
+            return Err(Error::new(
+                ErrorKind::ObjectNotExist,
+                format!(
+                    "the iterator names shard '{}', which stream '{stream_id}' no longer has (a closed shard goes \
+                     once its records expire; DescribeStream lists the shards)",
+                    shard_name(table.id, shard)
+                ),
+            ));
+        };
         let cutoff = (self.inner.now_ms().max(0) as u64 * 1000)
             .saturating_sub(state.spec.expiration_hours as u64 * 3_600_000_000);
         let Some((entries, next)) = log.read(at, limit)? else {
@@ -468,14 +489,18 @@ impl Database {
                     .collect(),
             });
         }
+        // A shard split or merged away takes no more records: once read
+        // to its end it has no next iterator (read its children next).
+        let closed = table.state.read().part_by_id(shard).is_none();
+        let finished = closed && log.read(next, 1)?.is_some_and(|(rest, _)| rest.is_empty());
         Ok(StreamRecords {
             records,
-            next_iterator: Some(encode_iterator(&stream_id, shard, next)),
+            next_iterator: (!finished).then(|| encode_iterator(&stream_id, shard, next)),
         })
     }
 
     /// The table, stream state and log of `stream_id`.
-    async fn stream(&self, stream_id: &str) -> Result<(Arc<crate::state::TableInner>, StreamState, Arc<StreamLog>)> {
+    async fn stream(&self, stream_id: &str) -> Result<(Arc<TableInner>, StreamState, Arc<StreamShards>)> {
         let state = {
             let cat = self.inner.catalog.lock().await;
             cat.1.tables.iter().find_map(|e| {
@@ -492,27 +517,48 @@ impl Database {
             ));
         };
         let table = self.table_inner(&name)?;
-        let log = table.stream.read().clone().ok_or_else(|| {
+        let shards = table.stream.read().clone().ok_or_else(|| {
             Error::new(
                 ErrorKind::ObjectNotExist,
                 format!("stream '{stream_id}' has no log here (its table is archived)"),
             )
         })?;
-        Ok((table, state, log))
+        Ok((table, state, shards))
     }
 }
 
-fn check_shard(table: &crate::state::TableInner, stream_id: &str, shard_id: &str) -> Result<()> {
-    if shard_id != table.id.to_string() {
-        return Err(Error::new(
+/// A shard's id: the table's id for its first partition (the one shard
+/// of a table from before partitions), `<table id>.<partition id>` for
+/// the others.
+fn shard_name(table: u64, part: u64) -> String {
+    match part {
+        0 => table.to_string(),
+        p => format!("{table}.{p}"),
+    }
+}
+
+/// The partition and log of shard `shard_id`.
+fn shard_log(
+    table: &TableInner,
+    shards: &StreamShards,
+    stream_id: &str,
+    shard_id: &str,
+) -> Result<(u64, Arc<StreamLog>)> {
+    let part = match shard_id.split_once('.') {
+        None if shard_id == table.id.to_string() => Some(0),
+        Some((t, p)) if t == table.id.to_string() => p.parse::<u64>().ok().filter(|p| *p != 0),
+        _ => None,
+    };
+    part.and_then(|p| shards.log(p).map(|l| (p, l))).ok_or_else(|| {
+        let names: Vec<String> = shards.all().iter().map(|(p, _)| shard_name(table.id, *p)).collect();
+        Error::new(
             ErrorKind::ObjectNotExist,
             format!(
-                "shard '{shard_id}' does not exist in stream '{stream_id}' (its shard: '{}'; DescribeStream lists them)",
-                table.id
+                "shard '{shard_id}' does not exist in stream '{stream_id}' (its shards: {}; DescribeStream lists them)",
+                names.join(", ")
             ),
-        ));
-    }
-    Ok(())
+        )
+    })
 }
 
 fn trimmed(stream_id: &str) -> Error {
@@ -525,41 +571,123 @@ fn trimmed(stream_id: &str) -> Error {
     )
 }
 
-/// Opens the stream log of table `id` at an open of the database, and
-/// puts into it the WAL's writes to the table it lacks (those after its
-/// last synced record that a crash cut off, or that were not synced):
-/// `entries` are the WAL's writes to tables with streams, in log order;
-/// every write up to `max_seq` is then in the log.
+/// Each partition's keys and the partitions it was split or merged from,
+/// for the live partitions and the closed ones a manifest keeps.
+pub(super) fn lineage(m: &crate::manifest::TableManifest) -> std::collections::HashMap<u64, (KeyRange, Vec<u64>)> {
+    let mut out = std::collections::HashMap::new();
+    for (i, p) in m.partitions.iter().enumerate() {
+        let range = KeyRange {
+            lo: p.lower_key(),
+            hi: m.partitions.get(i + 1).map(|n| n.lower_key()),
+        };
+        out.insert(p.id, (range, p.parents.clone()));
+    }
+    for c in &m.closed_partitions {
+        let range = KeyRange {
+            lo: crate::segment::hex_decode(&c.lower),
+            hi: c.upper.as_deref().map(crate::segment::hex_decode),
+        };
+        out.insert(c.id, (range, c.parents.clone()));
+    }
+    out
+}
+
+/// The manifest of a table being opened (nothing else holds it yet).
+fn opening_manifest(t: &TableInner) -> Result<crate::manifest::TableManifest> {
+    t.manifest
+        .try_lock()
+        .map(|m| m.1.clone())
+        .map_err(|_| Error::io("open a stream", "the table's manifest is busy while it is opened"))
+}
+
+/// Opens the stream shards of table `t` at an open of the database: the
+/// live partitions' and the closed ones still kept. Puts into them the
+/// WAL's writes they lack (those after their last synced record that a
+/// crash cut off, or that were not synced): `entries` are the WAL's
+/// writes to tables with streams, in log order; a write is in place when
+/// the log of its partition, or of an ancestor that held its key, has
+/// it; otherwise it goes to its partition's (records already expired
+/// are left out). Every write up to `max_seq` is then in the logs.
 pub(super) fn open_log(
     root: &std::path::Path,
-    id: u64,
+    t: &TableInner,
     spec: &StreamSpec,
     entries: &[crate::wal::WalEntry],
-    max_seq: u64,
-) -> Result<Arc<StreamLog>> {
-    let log = StreamLog::open(&stream_dir(root, id))?;
-    log.set_expiration_hours(spec.expiration_hours);
-    log.set_origin_columns(spec.columns.clone());
-    let missing: Vec<_> = entries
-        .iter()
-        .filter(|e| e.table_id == id && e.seq > log.last_seq())
-        .collect();
-    // One record per group (a group's writes share their commit time).
-    for group in missing.chunk_by(|a, b| a.commit_us == b.commit_us) {
-        let mut payload = Vec::new();
-        let with_origin = group.iter().any(|e| e.origin.is_some());
-        crate::wal::encode_group_header(&mut payload, group[0].commit_us, with_origin);
-        for e in group {
-            crate::wal::encode_entry(&mut payload, e.seq, id, &e.key, &e.mutation);
-            if with_origin {
-                crate::wal::encode_origin(&mut payload, e.origin.as_deref().unwrap_or_default());
+    (max_seq, now_us): (u64, u64),
+) -> Result<Arc<StreamShards>> {
+    let manifest = opening_manifest(t)?;
+    let shards = StreamShards::open(&stream_dir(root, t.id), [], false)?;
+    shards.set_expiration_hours(spec.expiration_hours);
+    shards.set_origin_columns(spec.columns.clone());
+    let live: Vec<u64> = manifest.partitions.iter().map(|p| p.id).collect();
+    let closed: Vec<u64> = manifest.closed_partitions.iter().map(|p| p.id).collect();
+    let known: Vec<u64> = live.iter().chain(&closed).copied().collect();
+    shards.remove_others(&known)?;
+    for &id in &live {
+        shards.add(id)?;
+    }
+    for &id in closed.iter().filter(|id| shards.exists(**id)) {
+        shards.add(id)?;
+    }
+    let lineage = lineage(&manifest);
+    let cutoff_us = now_us.saturating_sub(spec.expiration_hours as u64 * 3_600_000_000);
+    let mut missing: std::collections::BTreeMap<u64, Vec<&crate::wal::WalEntry>> = Default::default();
+    for e in entries.iter().filter(|e| e.table_id == t.id && e.commit_us >= cutoff_us) {
+        let part = t.state.read().part(&e.key).id;
+        let mut todo = vec![part];
+        let mut present = false;
+        while let Some(p) = todo.pop() {
+            if shards.log(p).is_some_and(|log| e.seq <= log.last_seq()) {
+                present = true;
+                break;
+            }
+            if let Some((_, parents)) = lineage.get(&p) {
+                todo.extend(
+                    parents
+                        .iter()
+                        .filter(|q| lineage.get(q).is_some_and(|(r, _)| r.contains(&e.key))),
+                );
             }
         }
-        let (first, last) = (group[0].seq, group[group.len() - 1].seq);
-        log.append(&payload, first, last, group[0].commit_us)?;
+        if !present {
+            missing.entry(part).or_default().push(e);
+        }
     }
-    log.sync(max_seq)?;
-    Ok(log)
+    for (part, missing) in missing {
+        let log = shards.add(part)?;
+        // One record per group (a group's writes share their commit time).
+        for group in missing.chunk_by(|a, b| a.commit_us == b.commit_us) {
+            let mut payload = Vec::new();
+            let with_origin = group.iter().any(|e| e.origin.is_some());
+            crate::wal::encode_group_header(&mut payload, group[0].commit_us, with_origin);
+            for e in group {
+                crate::wal::encode_entry(&mut payload, e.seq, t.id, &e.key, &e.mutation);
+                if with_origin {
+                    crate::wal::encode_origin(&mut payload, e.origin.as_deref().unwrap_or_default());
+                }
+            }
+            let (first, last) = (group[0].seq, group[group.len() - 1].seq);
+            log.append(&payload, first, last, group[0].commit_us)?;
+        }
+    }
+    for (_, log) in shards.all() {
+        log.sync(max_seq)?;
+    }
+    Ok(shards)
+}
+
+/// The stream shards of table `t` read beside their writer (a read-only
+/// open): the live partitions' and the closed ones kept.
+pub(super) fn open_live(root: &std::path::Path, t: &TableInner) -> Result<Arc<StreamShards>> {
+    let manifest = opening_manifest(t)?;
+    let shards = StreamShards::open(&stream_dir(root, t.id), [], true)?;
+    for p in &manifest.partitions {
+        shards.add(p.id)?;
+    }
+    for c in manifest.closed_partitions.iter().filter(|c| shards.exists(c.id)) {
+        shards.add(c.id)?;
+    }
+    Ok(shards)
 }
 
 /// Syncs every stream log now and then (what readers see, and what lets
@@ -578,18 +706,29 @@ pub(super) fn start_syncing(shared: std::sync::Weak<super::background::Shared>) 
                 let covered = shared.visible_seq.load(std::sync::atomic::Ordering::Acquire);
                 let expire = last_expiry.elapsed() >= EXPIRE_EVERY;
                 let now_us = shared.options.clock.now_ms().max(0) as u64 * 1000;
-                let logs: Vec<_> = shared
+                // Each table's shards, with its live partitions.
+                let tables: Vec<_> = shared
                     .tables
                     .read()
                     .values()
-                    .filter_map(|t| t.stream.read().clone())
+                    .filter_map(|t| {
+                        let live: Vec<u64> = t.state.read().parts.iter().map(|p| p.id).collect();
+                        t.stream.read().clone().map(|s| (s, live))
+                    })
                     .collect();
                 drop(shared);
-                for log in logs {
-                    // A failure stops the log (`StreamLog::check` reports it).
-                    let _ = log.sync(covered);
-                    if expire {
-                        let _ = log.expire(now_us.saturating_sub(log.expiration_us()));
+                for (shards, live) in tables {
+                    for (part, log) in shards.all() {
+                        // A failure stops the log (`StreamLog::check` reports it).
+                        let _ = log.sync(covered);
+                        if expire {
+                            let cutoff = now_us.saturating_sub(log.expiration_us());
+                            let _ = match live.contains(&part) {
+                                true => log.expire(cutoff),
+                                // A closed shard goes whole once expired.
+                                false => shards.retire_expired(part, cutoff).map(|_| ()),
+                            };
+                        }
                     }
                 }
                 if expire {
@@ -643,11 +782,12 @@ fn columns(m: Mutation) -> Vec<StreamColumn> {
     }
 }
 
-/// An iterator: `stream.shard.file.offset.skip.crc` (hex), the CRC-32C
-/// of the rest, so that a garbled one is refused.
+/// An iterator: `2.stream.partition.file.offset.skip.crc` (hex), the
+/// CRC-32C of the rest, so that a garbled one is refused (and one of the
+/// format before partitions, without the leading `2`).
 fn encode_iterator(stream_id: &str, shard: u64, at: LogPosition) -> String {
     let body = format!(
-        "{}.{shard:x}.{:x}.{:x}.{:x}",
+        "2.{}.{shard:x}.{:x}.{:x}.{:x}",
         hex(stream_id.as_bytes()),
         at.file,
         at.offset,
@@ -667,7 +807,7 @@ fn decode_iterator(it: &str) -> Result<(String, u64, LogPosition)> {
         return Err(bad());
     }
     let parts: Vec<&str> = body.split('.').collect();
-    let [stream, shard, file, offset, skip] = parts[..] else {
+    let ["2", stream, shard, file, offset, skip] = parts[..] else {
         return Err(bad());
     };
     let num = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());

@@ -278,9 +278,9 @@ pub(crate) struct TableInner {
     pub transfer: tokio::sync::Mutex<()>,
     /// The series the table is a month of.
     pub series: Option<String>,
-    /// The table's change stream log, when its stream is enabled: the
-    /// committer appends each group's writes to it.
-    pub stream: RwLock<Option<Arc<crate::stream::StreamLog>>>,
+    /// The table's change stream shards, when its stream is enabled: the
+    /// committer appends each write to its partition's shard.
+    pub stream: RwLock<Option<Arc<crate::stream::StreamShards>>>,
     /// Held by a partition split or merge from start to end.
     pub layout: tokio::sync::Mutex<()>,
     /// A background split or merge is queued or running.
@@ -428,7 +428,7 @@ impl TableInner {
         self.stream
             .read()
             .as_ref()
-            .map(|l| l.origin_columns())
+            .map(|s| s.origin_columns())
             .filter(|c| !c.is_empty())
     }
 

@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+mod shards;
+pub(crate) use shards::StreamShards;
+
 use crate::error::{Error, Result};
 use crate::wal::{self, Durability, WalEntry, WalWriter};
 
@@ -63,8 +66,6 @@ pub(crate) struct StreamLog {
     expiration_us: AtomicU64,
     /// The last file read, by number (see `StreamLog::file_data`).
     cache: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
-    /// Columns whose values before each write its record carries.
-    origin_columns: parking_lot::RwLock<Arc<Vec<String>>>,
 }
 
 struct Appender {
@@ -116,7 +117,6 @@ impl StreamLog {
             failed: Mutex::new(None),
             expiration_us: AtomicU64::new(u64::MAX),
             cache: Mutex::new(None),
-            origin_columns: Default::default(),
         }))
     }
 
@@ -137,7 +137,6 @@ impl StreamLog {
             failed: Mutex::new(None),
             expiration_us: AtomicU64::new(u64::MAX),
             cache: Mutex::new(None),
-            origin_columns: Default::default(),
         })
     }
 
@@ -154,15 +153,7 @@ impl StreamLog {
         })
     }
 
-    /// Sets the columns whose values before each write its record carries.
-    pub fn set_origin_columns(&self, columns: Vec<String>) {
-        *self.origin_columns.write() = Arc::new(columns);
-    }
 
-    /// The columns whose values before each write its record carries.
-    pub fn origin_columns(&self) -> Arc<Vec<String>> {
-        self.origin_columns.read().clone()
-    }
 
     /// Sets how long records are kept.
     pub fn set_expiration_hours(&self, hours: u32) {

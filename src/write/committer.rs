@@ -589,42 +589,59 @@ fn commit_group(
     Ok(first)
 }
 
-/// Appends the group's writes to the stream logs of their tables (after
-/// the WAL, before they are visible: so every visible write is in its
-/// stream log, see `StreamLog::sync`), each table's in the group's order.
+/// Appends the group's writes to the stream shards they belong to (the
+/// log of the partition holding each key, of tables with streams), after
+/// the WAL and before they are visible: so every visible write is in its
+/// shard's log, see `StreamLog::sync`; each shard's in the group's order.
 /// A failed append stops the log (`StreamLog::fail`): the write is in the
 /// WAL, which then keeps it for the next open to put into the log.
 fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &mut Vec<u8>) {
-    let mut logs: Vec<(u64, Arc<crate::stream::StreamLog>)> = Vec::new();
+    type Shard = (u64, u64, Arc<crate::stream::StreamLog>);
+    // Each write's shard (index into `logs`), if its table has a stream.
+    let mut logs: Vec<Shard> = Vec::new();
+    let mut shard_of: Vec<Option<usize>> = Vec::with_capacity(group.len());
     // Groups are mostly one table's: look a table up once per run of it.
-    let mut looked_up = u64::MAX;
+    let mut table: Option<(u64, Option<Arc<crate::stream::StreamShards>>, bool)> = None;
     for w in group {
-        if w.table.id == looked_up {
+        if table.as_ref().is_none_or(|(id, _, _)| *id != w.table.id) {
+            let shards = w.table.stream.read().clone();
+            let single = w.table.state.read().parts.len() == 1;
+            table = Some((w.table.id, shards, single));
+        }
+        let Some((id, Some(shards), single)) = &table else {
+            shard_of.push(None);
             continue;
-        }
-        looked_up = w.table.id;
-        if !logs.iter().any(|(id, _)| *id == w.table.id)
-            && let Some(log) = w.table.stream.read().clone()
-        {
-            logs.push((w.table.id, log));
-        }
+        };
+        let part = match single {
+            true => w.table.state.read().parts[0].id,
+            false => w.table.state.read().part(&w.key).id,
+        };
+        let at = match logs.iter().position(|(t, p, _)| t == id && *p == part) {
+            Some(at) => Some(at),
+            None => shards.log(part).map(|log| {
+                logs.push((*id, part, log));
+                logs.len() - 1
+            }),
+        };
+        shard_of.push(at);
     }
-    if let [(id, log)] = &logs[..]
-        && group.iter().all(|w| w.table.id == *id)
+    if let [(_, _, log)] = &logs[..]
+        && shard_of.iter().all(|s| *s == Some(0))
     {
-        // The whole group is one table's: its stream record is the WAL's.
+        // The whole group is one shard's: its stream record is the WAL's.
         log.append_or_fail(payload, first, first + group.len() as u64 - 1, commit_us);
         return;
     }
-    for (id, log) in logs {
+    for (at, (id, _, log)) in logs.iter().enumerate() {
         payload.clear();
-        let origins = group.iter().any(|w| w.table.id == id && w.origin.is_some());
+        let mine = || group.iter().enumerate().filter(|(i, _)| shard_of[*i] == Some(at));
+        let origins = mine().any(|(_, w)| w.origin.is_some());
         wal::encode_group_header(payload, commit_us, origins);
         let (mut lo, mut hi) = (u64::MAX, 0);
-        for (i, w) in group.iter().enumerate().filter(|(_, w)| w.table.id == id) {
+        for (i, w) in mine() {
             let seq = first + i as u64;
             (lo, hi) = (lo.min(seq), hi.max(seq));
-            wal::encode_entry(payload, seq, id, &w.key, &w.mutation);
+            wal::encode_entry(payload, seq, *id, &w.key, &w.mutation);
             if origins {
                 wal::encode_origin(payload, w.origin.as_deref().unwrap_or_default());
             }
@@ -666,7 +683,7 @@ fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
     // open puts what the log lacks back from the WAL).
     let streams = tables
         .iter()
-        .filter_map(|t| t.stream.read().as_ref().map(|s| s.synced_seq() + 1));
+        .filter_map(|t| t.stream.read().as_ref().map(|s| s.min_unsynced_seq()));
     let min = tables
         .iter()
         .filter_map(|t| t.min_unflushed_seq())
