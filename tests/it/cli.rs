@@ -73,7 +73,7 @@ fn table_management_commands() {
     assert_eq!(
         c.ok(&["describe", "orders"]),
         "{\"name\":\"orders\",\"primary_key\":[{\"name\":\"card\",\"type\":\"integer\"},{\"name\":\"order\",\"type\":\"string\"}],\
-         \"ttl\":86400,\"max_versions\":3,\"max_version_offset\":86400,\"allow_update\":true}\n"
+         \"ttl\":86400,\"max_versions\":3,\"max_version_offset\":86400,\"allow_update\":true,\"partition_split_bytes\":0}\n"
     );
     c.ok(&[
         "alter",
