@@ -36,7 +36,10 @@ async fn load(db: &Database, name: &str, rows: u64) -> Table {
     let start = Instant::now();
     common::write_pipelined(&t, rows, common::row).await;
     t.compact().await.unwrap();
-    eprintln!("{name}: {rows} rows loaded and compacted in {:.1} s", start.elapsed().as_secs_f64());
+    eprintln!(
+        "{name}: {rows} rows loaded and compacted in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
     t
 }
 
@@ -64,7 +67,12 @@ fn main() {
         eprintln!(
             "four: split and compacted in {:.1} s; partitions {:?}",
             start.elapsed().as_secs_f64(),
-            four.partitions().await.unwrap().iter().map(|p| p.rows).collect::<Vec<_>>()
+            four.partitions()
+                .await
+                .unwrap()
+                .iter()
+                .map(|p| p.rows)
+                .collect::<Vec<_>>()
         );
         let default = session_context(&db);
         let single = session_context_with(&db, session_config().with_target_partitions(1));

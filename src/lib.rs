@@ -53,6 +53,10 @@ pub use db::{
     SplitRange, StreamAction, StreamChange, StreamColumn, StreamDescription, StreamInfo, StreamRecord, StreamRecords,
     StreamSpec, StreamStart, TableDescription, TableListing,
 };
+pub use db::{
+    ChannelContext, ChannelStatus, ProcessFn, ShutdownFn, TunnelChannel, TunnelDescription, TunnelStage, TunnelType,
+    TunnelWorker,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{
     ColumnValue, Condition, DeleteRow, Direction, GetRange, GetRow, GetRowResult, MAX_RANGE_BYTES, MAX_RANGE_ROWS,

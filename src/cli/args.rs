@@ -403,6 +403,13 @@ pub enum Command {
         #[arg(long)]
         follow: bool,
     },
+    /// Tunnels (the Tunnel Service): a table's rows, then its changes,
+    /// consumed with checkpoints kept in the database
+    Tunnel {
+        /// What to do
+        #[command(subcommand)]
+        command: TunnelCommand,
+    },
     /// Create the demo dataset on the data directory and run the demo queries
     Demo,
     /// Run SQL: -c statements, -f files, else stdin, or a REPL on a terminal
@@ -416,5 +423,55 @@ pub enum Command {
         /// Output format of result sets
         #[arg(long, value_enum, default_value = "table")]
         format: sql::Format,
+    },
+}
+
+/// `cellar tunnel ...`.
+#[derive(Subcommand, Debug)]
+pub enum TunnelCommand {
+    /// Make a tunnel: full (the rows as of one snapshot), stream (the
+    /// changes from now on) or full-and-stream (the rows, then every
+    /// change after them); stream tunnels need the table's change stream
+    Create {
+        /// Table name
+        table: String,
+        /// Tunnel name (letters, digits, '_', '-')
+        name: String,
+        /// full | stream | full-and-stream
+        #[arg(long = "type", value_name = "TYPE")]
+        kind: String,
+    },
+    /// One JSON line per tunnel (of TABLE, or of every table): table, name, type, stage
+    List {
+        /// Table name
+        table: Option<String>,
+    },
+    /// A tunnel as JSON: type, stage, channels (id, status, checkpoint,
+    /// delivered, last_commit_ms) and lag_ms
+    Describe {
+        /// Table name
+        table: String,
+        /// Tunnel name
+        name: String,
+    },
+    /// Delete a tunnel and its checkpoints
+    Delete {
+        /// Table name
+        table: String,
+        /// Tunnel name
+        name: String,
+    },
+    /// Print the tunnel's records as NDJSON (as `cellar stream`, with
+    /// "channel"), from its checkpoints on, checkpointing each batch once
+    /// printed: a restarted consumer goes on after the last batch it
+    /// printed (a batch cut short by a kill comes again)
+    Consume {
+        /// Table name
+        table: String,
+        /// Tunnel name
+        name: String,
+        /// Keep waiting for new records until interrupted
+        #[arg(long)]
+        follow: bool,
     },
 }

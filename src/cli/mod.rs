@@ -17,6 +17,7 @@ mod sql;
 mod stdout;
 mod stream;
 mod transfer;
+mod tunnel;
 mod write;
 
 use std::io::Write;
@@ -25,7 +26,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::{Value as Json, json};
 
-pub use self::args::{Cli, Command, OptionArgs, ReadArgs, SeriesArgs};
+pub use self::args::{Cli, Command, OptionArgs, ReadArgs, SeriesArgs, TunnelCommand};
 use crate::Database;
 use crate::error::{Error, Result};
 use crate::model::api::{GetRange, GetRow};
@@ -67,6 +68,7 @@ fn only_reads(command: &Command) -> bool {
     match command {
         Command::List { .. } | Command::Describe { .. } | Command::Get { .. } | Command::Scan { .. } => true,
         Command::SplitPoints { .. } => true,
+        Command::Tunnel { command } => !matches!(command, TunnelCommand::Create { .. }),
         Command::Check { .. } | Command::Export { .. } | Command::Stream { .. } => true,
         Command::Sql { command, file, .. } if !command.is_empty() || !file.is_empty() => {
             let files: Option<Vec<String>> = file.iter().map(|f| std::fs::read_to_string(f).ok()).collect();
@@ -140,7 +142,17 @@ fn changes(command: &Command) -> Option<&'static str> {
         Command::Maintain { .. } => "maintain",
         Command::Restore { .. } => "restore",
         Command::Demo => "demo",
-        Command::List { .. }
+        Command::Tunnel {
+            command: TunnelCommand::Create { .. },
+        } => "tunnel create",
+        Command::Tunnel {
+            command: TunnelCommand::Delete { .. },
+        } => "tunnel delete",
+        Command::Tunnel {
+            command: TunnelCommand::Consume { .. },
+        } => "tunnel consume",
+        Command::Tunnel { .. }
+        | Command::List { .. }
         | Command::Stream { .. }
         | Command::Describe { .. }
         | Command::SplitPoints { .. }
@@ -478,6 +490,10 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         Command::Sql { command, file, format } => {
             drop(out);
             return sql::run(db, command, file, format).await;
+        }
+        Command::Tunnel { command } => {
+            drop(out);
+            tunnel::run(db, command).await?;
         }
     }
     Ok(0)

@@ -39,6 +39,7 @@ pub(crate) mod series;
 mod stream;
 pub(crate) mod table;
 pub(crate) mod transaction;
+mod tunnel;
 mod writer;
 
 use std::path::Path;
@@ -57,6 +58,10 @@ pub use self::stream::{
     StreamStart,
 };
 use self::table::Table;
+pub use self::tunnel::{
+    ChannelContext, ChannelStatus, ProcessFn, ShutdownFn, TunnelChannel, TunnelDescription, TunnelStage, TunnelType,
+    TunnelWorker,
+};
 pub(crate) use self::writer::Writer;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::TableManifest;
@@ -280,6 +285,7 @@ impl Database {
         // Wait for a running flush of the table, then delete its objects.
         let _f = t.flushing.lock().await;
         let _m = t.manifest.lock().await;
+        tunnel::delete_prefix(self, &tunnel::tunnel_prefix(t.id)).await?;
         archive::delete_local(&self.inner.shared.storage, &format!("tables/{}", t.id)).await
     }
 

@@ -250,7 +250,11 @@ impl Shared {
 /// The stream shards of `t` that exist now (closed ones a manifest keeps
 /// stay listed while their logs do).
 fn kept_shards(t: &TableInner) -> Vec<u64> {
-    t.stream.read().as_ref().map(|s| s.all().iter().map(|(p, _)| *p).collect()).unwrap_or_default()
+    t.stream
+        .read()
+        .as_ref()
+        .map(|s| s.all().iter().map(|(p, _)| *p).collect())
+        .unwrap_or_default()
 }
 
 /// Records partition `i` of `next` as closed when the table's stream

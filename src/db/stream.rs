@@ -23,9 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Database;
 use crate::error::{Error, ErrorKind, Result};
+use crate::model::key::KeyRange;
 use crate::model::row::{Action, Mutation};
 use crate::model::types::{PrimaryKey, Value};
-use crate::model::key::KeyRange;
 use crate::state::TableInner;
 use crate::stream::{LogPosition, StreamLog, StreamShards};
 
@@ -292,6 +292,14 @@ impl Database {
                 if entry.stream.take().is_none() {
                     return Ok(());
                 }
+                let tunnels = super::tunnel::stream_tunnels(self, &t).await?;
+                if !tunnels.is_empty() {
+                    return Err(Error::param(format!(
+                        "the stream of '{table}' is read by tunnel(s) {}; delete them first (`cellar tunnel delete \
+                         {table} NAME`)",
+                        tunnels.join(", ")
+                    )));
+                }
                 self.commit_catalog(&mut cat, next).await?;
                 *t.stream.write() = None;
                 remove_dir(&dir)?;
@@ -466,33 +474,16 @@ impl Database {
             return Err(trimmed(&stream_id));
         }
         let schema = table.full_schema();
-        let mut records = Vec::with_capacity(entries.len());
-        for (e, row_index) in entries.into_iter().filter(|(e, _)| e.commit_us >= cutoff) {
-            records.push(StreamRecord {
-                primary_key: schema.decode_pk(&e.key)?,
-                sequence: SequenceInfo {
-                    epoch: 0,
-                    timestamp_us: e.commit_us,
-                    row_index,
-                },
-                action: match &e.mutation {
-                    Mutation::Put { .. } => StreamAction::PutRow,
-                    Mutation::Update { .. } => StreamAction::UpdateRow,
-                    Mutation::Delete => StreamAction::DeleteRow,
-                },
-                columns: columns(e.mutation),
-                origin: e
-                    .origin
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(name, version, value)| StreamColumn::Put { name, value, version })
-                    .collect(),
-            });
-        }
+        let records = entries
+            .into_iter()
+            .filter(|(e, _)| e.commit_us >= cutoff)
+            .map(|(e, row_index)| stream_record(&schema, e, row_index))
+            .collect::<Result<Vec<_>>>()?;
         // A shard split or merged away takes no more records: once read
         // to its end it has no next iterator (read its children next).
         let closed = table.state.read().part_by_id(shard).is_none();
-        let finished = closed && log.read(next, 1)?.is_some_and(|(rest, _)| rest.is_empty());
+        // (Synced first: records appended before it closed may not be.)
+        let finished = closed && log.fully_synced() && log.read(next, 1)?.is_some_and(|(rest, _)| rest.is_empty());
         Ok(StreamRecords {
             records,
             next_iterator: (!finished).then(|| encode_iterator(&stream_id, shard, next)),
@@ -527,10 +518,38 @@ impl Database {
     }
 }
 
+/// A log entry as the record readers get.
+pub(super) fn stream_record(
+    schema: &crate::model::schema::TableSchema,
+    e: crate::wal::WalEntry,
+    row_index: u32,
+) -> Result<StreamRecord> {
+    Ok(StreamRecord {
+        primary_key: schema.decode_pk(&e.key)?,
+        sequence: SequenceInfo {
+            epoch: 0,
+            timestamp_us: e.commit_us,
+            row_index,
+        },
+        action: match &e.mutation {
+            Mutation::Put { .. } => StreamAction::PutRow,
+            Mutation::Update { .. } => StreamAction::UpdateRow,
+            Mutation::Delete => StreamAction::DeleteRow,
+        },
+        columns: columns(e.mutation),
+        origin: e
+            .origin
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, version, value)| StreamColumn::Put { name, value, version })
+            .collect(),
+    })
+}
+
 /// A shard's id: the table's id for its first partition (the one shard
 /// of a table from before partitions), `<table id>.<partition id>` for
 /// the others.
-fn shard_name(table: u64, part: u64) -> String {
+pub(super) fn shard_name(table: u64, part: u64) -> String {
     match part {
         0 => table.to_string(),
         p => format!("{table}.{p}"),
@@ -632,7 +651,10 @@ pub(super) fn open_log(
     let lineage = lineage(&manifest);
     let cutoff_us = now_us.saturating_sub(spec.expiration_hours as u64 * 3_600_000_000);
     let mut missing: std::collections::BTreeMap<u64, Vec<&crate::wal::WalEntry>> = Default::default();
-    for e in entries.iter().filter(|e| e.table_id == t.id && e.commit_us >= cutoff_us) {
+    for e in entries
+        .iter()
+        .filter(|e| e.table_id == t.id && e.commit_us >= cutoff_us)
+    {
         let part = t.state.read().part(&e.key).id;
         let mut todo = vec![part];
         let mut present = false;

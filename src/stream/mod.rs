@@ -153,8 +153,6 @@ impl StreamLog {
         })
     }
 
-
-
     /// Sets how long records are kept.
     pub fn set_expiration_hours(&self, hours: u32) {
         self.expiration_us
@@ -294,6 +292,19 @@ impl StreamLog {
         let left: Vec<u64> = w.wal.sealed().iter().map(|(n, _)| *n).collect();
         w.times.retain(|(n, _)| left.contains(n));
         Ok(())
+    }
+
+    /// Whether every record appended is synced (readable): for a shard
+    /// that takes no more records, whether a reader at its end is done.
+    pub fn fully_synced(&self) -> bool {
+        self.writer.is_none() || self.synced_seq() >= self.last_seq()
+    }
+
+    /// The position just past the newest synced record: where a reader
+    /// that wants only records appended from now on starts.
+    pub fn end(&self) -> LogPosition {
+        let (file, offset) = *self.readable.lock();
+        LogPosition { file, offset, skip: 0 }
     }
 
     /// The position of the log's oldest record.

@@ -127,6 +127,14 @@ impl StreamShards {
         }
     }
 
+    /// How long records are kept, in microseconds (`u64::MAX`: not set).
+    pub fn expiration_us(&self) -> u64 {
+        match self.expiration_hours.load(Ordering::Acquire) {
+            u32::MAX => u64::MAX,
+            h => h as u64 * 3_600_000_000,
+        }
+    }
+
     /// Sets the origin columns.
     pub fn set_origin_columns(&self, columns: Vec<String>) {
         *self.origin_columns.write() = Arc::new(columns);
@@ -144,7 +152,11 @@ impl StreamShards {
 
     /// The lowest sequence some shard may still need from the WAL.
     pub fn min_unsynced_seq(&self) -> u64 {
-        self.all().iter().map(|(_, l)| l.synced_seq() + 1).min().unwrap_or(u64::MAX)
+        self.all()
+            .iter()
+            .map(|(_, l)| l.synced_seq() + 1)
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     /// Deletes the log of closed partition `part` once its newest record

@@ -45,6 +45,7 @@ mod stream_diff;
 mod streams;
 mod torture;
 mod transactions;
+mod tunnels;
 mod values;
 mod visibility;
 mod write_order;

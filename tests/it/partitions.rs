@@ -378,7 +378,10 @@ pub(crate) async fn lineage_records(db: &Database, table: &str, want: usize) -> 
                 if !ready || finished.contains(&s.shard_id) {
                     continue;
                 }
-                let mut it = db.shard_iterator(&stream, &s.shard_id, StreamStart::Oldest).await.unwrap();
+                let mut it = db
+                    .shard_iterator(&stream, &s.shard_id, StreamStart::Oldest)
+                    .await
+                    .unwrap();
                 loop {
                     let page = db.get_stream_records(&it, 500).await.unwrap();
                     let empty = page.records.is_empty();
@@ -446,7 +449,9 @@ async fn streams_follow_splits_and_merges() {
     // Merges once compaction has rewritten what splits left shared.
     let parts = t.partitions().await.unwrap();
     assert!(t.merge_partitions(parts[0].id).await.unwrap());
-    t.put_row(PutRow::new(pk(0, "o0")).column("x", 5i64).column("s", "last")).await.unwrap();
+    t.put_row(PutRow::new(pk(0, "o0")).column("x", 5i64).column("s", "last"))
+        .await
+        .unwrap();
     model.insert((0, "o0".into()), (5, "last".into()));
     writes += 1;
     let got = lineage_records(&db, "t", writes).await;
@@ -455,7 +460,10 @@ async fn streams_follow_splits_and_merges() {
     let stream = db.list_streams(Some("t")).await.unwrap().remove(0).stream_id;
     let shards = db.describe_stream(&stream).await.unwrap().shards;
     assert!(shards.len() > 2, "{shards:?}");
-    assert!(shards.iter().filter(|s| s.parent_id.is_none()).count() <= 1, "{shards:?}");
+    assert!(
+        shards.iter().filter(|s| s.parent_id.is_none()).count() <= 1,
+        "{shards:?}"
+    );
     assert!(shards.iter().any(|s| s.parent_sibling_id.is_some()), "{shards:?}");
     // Rebuild the table from the records.
     let mut rebuilt: BTreeMap<(i64, String), BTreeMap<String, Value>> = BTreeMap::new();
@@ -504,7 +512,11 @@ async fn streams_follow_splits_and_merges() {
         .collect();
     if rebuilt != want {
         let first = rebuilt.iter().zip(&want).find(|(a, b)| a != b);
-        panic!("rebuilt {} rows, model {}; first difference {first:?}", rebuilt.len(), want.len());
+        panic!(
+            "rebuilt {} rows, model {}; first difference {first:?}",
+            rebuilt.len(),
+            want.len()
+        );
     }
     drop(t);
     db.close().await.unwrap();

@@ -1,0 +1,713 @@
+//! Tunnels (Tablestore's Tunnel Service): a table's rows as of one
+//! snapshot (the full phase), then its change stream from that snapshot on
+//! (the stream phase), delivered to a worker's callback channel by
+//! channel with checkpoints kept in the database.
+//!
+//! A tunnel's state is a numbered JSON version under
+//! `tunnels/<table id>/<name>/` (a `ManifestLog`: each checkpoint is one
+//! durable version). Channels: `full` for the full phase, then one per
+//! stream shard. A shard's channel starts where the shard stood when the
+//! tunnel was made (or at its first record, for a shard a later split or
+//! merge opened), is read only once the channels of the shards it came
+//! from are finished, and is finished when its shard is closed and read to
+//! its end.
+//!
+//! Invariants: a checkpoint is written only after the callback returned
+//! for every record before it, so a restarted worker resumes after its
+//! last checkpoint and skips nothing (a record may come twice: at least
+//! once); the full phase reads one snapshot (a restart reads on from its
+//! checkpoint key in a new one), and the stream phase delivers exactly
+//! the records whose sequence is above that of the first snapshot, so
+//! applying the full rows and then the records in order gives the
+//! table; a position whose records expired is an error, never a silent
+//! skip.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use super::Database;
+use super::reads::read_range;
+use super::stream::{lineage, shard_name, stream_record};
+use crate::error::{Error, ErrorKind, Result};
+use crate::manifest::ManifestLog;
+use crate::model::api::GetRange;
+use crate::model::row::ReadOptions;
+use crate::state::TableInner;
+use crate::stream::{LogPosition, StreamShards};
+use crate::{StreamAction, StreamColumn, StreamRecord};
+
+/// What a tunnel delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TunnelType {
+    /// The table's rows as of one snapshot, then done.
+    Full,
+    /// The changes committed after the tunnel was made.
+    Stream,
+    /// The rows as of one snapshot, then every change after it.
+    FullAndStream,
+}
+
+impl TunnelType {
+    /// `full`, `stream` or `full-and-stream`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "full" => Ok(TunnelType::Full),
+            "stream" => Ok(TunnelType::Stream),
+            "full-and-stream" => Ok(TunnelType::FullAndStream),
+            other => Err(Error::param(format!(
+                "tunnel type '{other}' is not known; accepted: full, stream, full-and-stream"
+            ))),
+        }
+    }
+
+    /// Its name as `parse` takes it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TunnelType::Full => "full",
+            TunnelType::Stream => "stream",
+            TunnelType::FullAndStream => "full-and-stream",
+        }
+    }
+}
+
+/// A tunnel's stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TunnelStage {
+    /// Reading the table's rows.
+    Full,
+    /// Reading the change stream.
+    Stream,
+    /// A full tunnel that delivered every row.
+    Finished,
+}
+
+/// A channel's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelStatus {
+    /// Waiting for the channels it follows to finish.
+    Waiting,
+    /// Being read.
+    Open,
+    /// Read to its end (a full phase done, a closed shard read).
+    Finished,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ChannelState {
+    /// `full`, or the shard's id.
+    id: String,
+    /// The shard's partition (none for `full`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    part: Option<u64>,
+    status: ChannelStatus,
+    /// Where the next read starts: `[file, offset, skip]` in the shard's
+    /// log; `None`: at its oldest record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    position: Option<[u64; 3]>,
+    /// The full phase: the encoded key after the last row delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    next_key: Option<String>,
+    /// Records (or rows) delivered and checkpointed.
+    delivered: u64,
+    /// Commit time of the newest record delivered (µs; 0: none).
+    last_commit_us: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct TunnelState {
+    name: String,
+    #[serde(rename = "type")]
+    kind: TunnelType,
+    created_ms: i64,
+    stage: TunnelStage,
+    /// The full phase's first snapshot: the stream phase delivers the
+    /// records above it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    snapshot_seq: Option<u64>,
+    channels: Vec<ChannelState>,
+}
+
+/// One channel, as `describe` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TunnelChannel {
+    /// `full`, or the stream shard's id.
+    pub id: String,
+    /// Its status.
+    pub status: ChannelStatus,
+    /// The checkpoint: what the next read starts after (a key in the full
+    /// phase, a log position in the stream phase), as text.
+    pub checkpoint: String,
+    /// Records delivered so far.
+    pub delivered: u64,
+    /// Commit time of the newest record delivered, ms (0: none).
+    pub last_commit_ms: i64,
+}
+
+/// A tunnel, as `list` and `describe` show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TunnelDescription {
+    /// The tunnel's table.
+    pub table: String,
+    /// Its name.
+    pub name: String,
+    /// What it delivers.
+    pub kind: TunnelType,
+    /// Its stage.
+    pub stage: TunnelStage,
+    /// When it was made, ms since the epoch.
+    pub created_ms: i64,
+    /// Its channels.
+    pub channels: Vec<TunnelChannel>,
+    /// How far the stream phase is behind: now minus the commit time of
+    /// the newest record delivered, ms (`None` before the stream phase).
+    pub lag_ms: Option<i64>,
+}
+
+/// What a worker's callbacks are told about the channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelContext {
+    /// The tunnel.
+    pub tunnel: String,
+    /// `full`, or the stream shard's id.
+    pub channel: String,
+}
+
+/// Called with each batch of records of a channel, in order; an error
+/// stops the worker before the batch is checkpointed (it comes again).
+pub type ProcessFn = dyn Fn(&ChannelContext, &[StreamRecord]) -> Result<()> + Send + Sync;
+/// Called once a channel is finished, or when the worker stops.
+pub type ShutdownFn = dyn Fn(&ChannelContext) + Send + Sync;
+
+/// Records per batch (and per checkpoint).
+const BATCH: usize = 1000;
+
+/// How long a following worker waits when every channel is idle.
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+fn log_of(t: &TableInner, name: &str) -> ManifestLog {
+    ManifestLog::new(&format!("{}/{name}", tunnel_prefix(t.id)))
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 128 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(Error::param(format!(
+            "tunnel name '{name}' is not accepted: 1 to 128 letters, digits, '_' or '-'"
+        )));
+    }
+    Ok(())
+}
+
+fn not_found(table: &str, name: &str) -> Error {
+    Error::new(
+        ErrorKind::ObjectNotExist,
+        format!("tunnel '{name}' of table '{table}' does not exist (`cellar tunnel list {table}` lists them)"),
+    )
+}
+
+impl Database {
+    /// Makes tunnel `name` on `table`. Stream tunnels need the table's
+    /// change stream.
+    pub async fn create_tunnel(&self, table: &str, name: &str, kind: TunnelType) -> Result<()> {
+        self.inner.writable("a tunnel")?;
+        check_name(name)?;
+        let t = self.table_inner(table)?;
+        let log = log_of(&t, name);
+        let store = &*self.inner.shared.storage.store;
+        if exists(self, &t, name).await? {
+            return Err(Error::new(
+                ErrorKind::ObjectAlreadyExist,
+                format!("tunnel '{name}' of table '{table}' exists already"),
+            ));
+        }
+        let mut channels = Vec::new();
+        if kind != TunnelType::Full {
+            let shards = t.stream.read().clone().ok_or_else(|| {
+                Error::param(format!(
+                    "table '{table}' has no change stream, which a {} tunnel reads; enable it with `cellar alter \
+                     {table} --stream true` (ALTER TABLE {table} SET (stream = true)), or make a full tunnel",
+                    kind.as_str()
+                ))
+            })?;
+            // Each shard's channel starts where the shard stands now.
+            for (part, l) in shards.all() {
+                let at = l.end();
+                channels.push(ChannelState {
+                    id: shard_name(t.id, part),
+                    part: Some(part),
+                    status: ChannelStatus::Waiting,
+                    position: Some([at.file, at.offset as u64, at.skip as u64]),
+                    next_key: None,
+                    delivered: 0,
+                    last_commit_us: 0,
+                });
+            }
+        }
+        if kind != TunnelType::Stream {
+            channels.insert(0, full_channel());
+        }
+        let state = TunnelState {
+            name: name.to_string(),
+            kind,
+            created_ms: self.inner.now_ms(),
+            stage: if kind == TunnelType::Stream {
+                TunnelStage::Stream
+            } else {
+                TunnelStage::Full
+            },
+            snapshot_seq: None,
+            channels,
+        };
+        let storage = &self.inner.shared.storage;
+        // A deleted tunnel of the same name may have left version numbers.
+        let version = log.newest_version(store).await? + 1;
+        log.commit(store, storage.local_root.as_deref(), version, &state).await
+    }
+
+    /// The tunnels of `table`, or of every table.
+    pub async fn list_tunnels(&self, table: Option<&str>) -> Result<Vec<TunnelDescription>> {
+        let names: Vec<String> = match table {
+            Some(t) => vec![self.table_inner(t)?.schema.name.clone()],
+            None => self.inner.shared.tables.read().keys().cloned().collect(),
+        };
+        let mut out = Vec::new();
+        for name in names {
+            let t = self.table_inner(&name)?;
+            for tunnel in tunnel_names(self, &t).await? {
+                out.push(self.describe_tunnel(&name, &tunnel).await?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A tunnel's stage, channels with their status and checkpoint, and lag.
+    pub async fn describe_tunnel(&self, table: &str, name: &str) -> Result<TunnelDescription> {
+        let t = self.table_inner(table)?;
+        let (_, state) = load(self, &t, name).await?;
+        let newest = state.channels.iter().map(|c| c.last_commit_us).max().unwrap_or(0);
+        Ok(TunnelDescription {
+            table: table.to_string(),
+            name: state.name.clone(),
+            kind: state.kind,
+            stage: state.stage,
+            created_ms: state.created_ms,
+            lag_ms: (state.stage == TunnelStage::Stream).then(|| {
+                self.inner.now_ms()
+                    - if newest == 0 {
+                        state.created_ms
+                    } else {
+                        (newest / 1000) as i64
+                    }
+            }),
+            channels: state
+                .channels
+                .iter()
+                .map(|c| TunnelChannel {
+                    id: c.id.clone(),
+                    status: c.status,
+                    checkpoint: match (&c.next_key, &c.position) {
+                        (Some(k), _) => format!("key {k}"),
+                        (None, Some([f, o, s])) => format!("file {f} offset {o} skip {s}"),
+                        (None, None) => "start".to_string(),
+                    },
+                    delivered: c.delivered,
+                    last_commit_ms: (c.last_commit_us / 1000) as i64,
+                })
+                .collect(),
+        })
+    }
+
+    /// Deletes a tunnel and its checkpoints.
+    pub async fn delete_tunnel(&self, table: &str, name: &str) -> Result<()> {
+        self.inner.writable("a tunnel deletion")?;
+        let t = self.table_inner(table)?;
+        load(self, &t, name).await?;
+        delete_prefix(self, &format!("{}/{name}", tunnel_prefix(t.id))).await
+    }
+
+    /// A worker for tunnel `name` of `table`: `process` gets each batch of
+    /// records, channel by channel; `shutdown` is told when a channel is
+    /// finished. See [`TunnelWorker::run`].
+    pub fn tunnel_worker(
+        &self,
+        table: &str,
+        name: &str,
+        process: Arc<ProcessFn>,
+        shutdown: Arc<ShutdownFn>,
+    ) -> Result<TunnelWorker> {
+        self.inner.writable("a tunnel worker (it writes checkpoints)")?;
+        check_name(name)?;
+        Ok(TunnelWorker {
+            db: self.clone(),
+            table: table.to_string(),
+            name: name.to_string(),
+            process,
+            shutdown,
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+}
+
+fn full_channel() -> ChannelState {
+    ChannelState {
+        id: "full".into(),
+        part: None,
+        status: ChannelStatus::Open,
+        position: None,
+        next_key: None,
+        delivered: 0,
+        last_commit_us: 0,
+    }
+}
+
+/// The names of `t`'s tunnels, sorted.
+async fn tunnel_names(db: &Database, t: &TableInner) -> Result<Vec<String>> {
+    let prefix = object_store::path::Path::from(tunnel_prefix(t.id));
+    let store = &*db.inner.shared.storage.store;
+    let mut names: Vec<String> = match store.list_with_delimiter(Some(&prefix)).await {
+        Ok(l) => l
+            .common_prefixes
+            .into_iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect(),
+        Err(object_store::Error::NotFound { .. }) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    names.sort();
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        if exists(db, t, &name).await? {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a tunnel's state is there (a local store keeps the empty
+/// directory of a deleted one).
+async fn exists(db: &Database, t: &TableInner, name: &str) -> Result<bool> {
+    Ok(log_of(t, name).newest_version(&*db.inner.shared.storage.store).await? > 0)
+}
+
+/// Whether `t` has tunnels that read its stream.
+pub(super) async fn stream_tunnels(db: &Database, t: &TableInner) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for name in tunnel_names(db, t).await? {
+        if load(db, t, &name).await?.1.kind != TunnelType::Full {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+async fn load(db: &Database, t: &TableInner, name: &str) -> Result<(u64, TunnelState)> {
+    check_name(name)?;
+    log_of(t, name)
+        .load::<TunnelState>(&*db.inner.shared.storage.store)
+        .await?
+        .ok_or_else(|| not_found(&t.schema.name, name))
+}
+
+/// Deletes every object under `prefix`.
+pub(super) async fn delete_prefix(db: &Database, prefix: &str) -> Result<()> {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let store = &db.inner.shared.storage.store;
+    let p = object_store::path::Path::from(prefix);
+    let metas: Vec<_> = store.list(Some(&p)).try_collect().await?;
+    for m in metas {
+        match store.delete(&m.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Consumes one tunnel (see [`Database::tunnel_worker`]).
+pub struct TunnelWorker {
+    db: Database,
+    table: String,
+    name: String,
+    process: Arc<ProcessFn>,
+    shutdown: Arc<ShutdownFn>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TunnelWorker {
+    /// A handle that stops [`run`](Self::run) after its current batch.
+    pub fn stopper(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Delivers the tunnel's records from its checkpoints on: the full
+    /// phase, then each stream channel once the channels it follows are
+    /// finished. Checkpoints after each batch the callback took. With
+    /// `follow`, waits for new records until stopped; otherwise returns
+    /// once every channel is finished or has nothing new.
+    pub async fn run(&self, follow: bool) -> Result<()> {
+        let t = self.db.table_inner(&self.table)?;
+        let (mut version, mut state) = load(&self.db, &t, &self.name).await?;
+        let storage = self.db.inner.shared.storage.clone();
+        let log = log_of(&t, &self.name);
+        let mut checkpoint = |state: &TunnelState, version: &mut u64| {
+            *version += 1;
+            let (n, st) = (*version, state.clone());
+            let (storage, log) = (storage.clone(), &log);
+            async move { log.commit(&*storage.store, storage.local_root.as_deref(), n, &st).await }
+        };
+        if state.stage == TunnelStage::Full {
+            self.full_phase(&t, &mut state, &mut version, &mut checkpoint).await?;
+        }
+        if state.stage != TunnelStage::Stream {
+            return Ok(());
+        }
+        let shards = t.stream.read().clone().ok_or_else(|| {
+            Error::param(format!(
+                "table '{}' has no change stream any more; tunnel '{}' cannot go on (delete it)",
+                self.table, self.name
+            ))
+        })?;
+        loop {
+            self.add_channels(&t, &shards, &mut state).await?;
+            let mut progressed = false;
+            for i in 0..state.channels.len() {
+                if self.stop.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                if state.channels[i].status != ChannelStatus::Open {
+                    continue;
+                }
+                progressed |= self.stream_batch(&t, &shards, &mut state, i).await?;
+                if progressed {
+                    checkpoint(&state, &mut version).await?;
+                }
+            }
+            if !progressed {
+                if !follow || self.stop.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                tokio::time::sleep(IDLE_WAIT).await;
+            }
+        }
+    }
+
+    fn context(&self, channel: &str) -> ChannelContext {
+        ChannelContext {
+            tunnel: self.name.clone(),
+            channel: channel.to_string(),
+        }
+    }
+
+    /// The full phase: rows as of one snapshot, from the checkpoint key on.
+    async fn full_phase<F, Fut>(
+        &self,
+        t: &Arc<TableInner>,
+        state: &mut TunnelState,
+        version: &mut u64,
+        checkpoint: &mut F,
+    ) -> Result<()>
+    where
+        F: FnMut(&TunnelState, &mut u64) -> Fut,
+        Fut: std::future::Future<Output = Result<()>>,
+    {
+        let snaps = t.snapshots(&self.db.inner.shared.visible_seq);
+        let seq = snaps.first().map_or(0, |s| s.seq);
+        // The stream phase takes over from the first snapshot read.
+        if state.snapshot_seq.is_none() {
+            state.snapshot_seq = Some(seq);
+            checkpoint(state, version).await?;
+        }
+        let ctx = self.context("full");
+        let max_versions = t.options.read().max_versions;
+        let commit_us = self.db.inner.now_ms().max(0) as u64 * 1000;
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            let channel = &state.channels[0];
+            let start = match &channel.next_key {
+                Some(k) => Some(t.schema.decode_pk(&crate::segment::hex_decode(k))?.into()),
+                None => None,
+            };
+            let req = GetRange {
+                start,
+                limit: Some(BATCH),
+                options: ReadOptions {
+                    max_versions: Some(max_versions),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let page = read_range(t, &snaps, self.db.inner.now_ms(), req, None).await?;
+            let records: Vec<StreamRecord> = page
+                .rows
+                .into_iter()
+                .enumerate()
+                .map(|(i, row)| StreamRecord {
+                    action: StreamAction::PutRow,
+                    primary_key: row.primary_key,
+                    columns: row
+                        .columns
+                        .into_iter()
+                        .flat_map(|(name, cells)| {
+                            cells.into_iter().map(move |c| StreamColumn::Put {
+                                name: name.clone(),
+                                value: c.value,
+                                version: c.version,
+                            })
+                        })
+                        .collect(),
+                    sequence: crate::SequenceInfo {
+                        epoch: 0,
+                        timestamp_us: commit_us,
+                        row_index: i as u32,
+                    },
+                    origin: Vec::new(),
+                })
+                .collect();
+            if !records.is_empty() {
+                (self.process)(&ctx, &records)?;
+            }
+            let channel = &mut state.channels[0];
+            channel.delivered += records.len() as u64;
+            match page.next_start {
+                Some(next) => channel.next_key = Some(crate::segment::hex_encode(&t.schema.encode_pk(&next)?)),
+                None => {
+                    channel.status = ChannelStatus::Finished;
+                    channel.next_key = None;
+                    state.stage = match state.kind {
+                        TunnelType::Full => TunnelStage::Finished,
+                        _ => TunnelStage::Stream,
+                    };
+                    checkpoint(state, version).await?;
+                    (self.shutdown)(&ctx);
+                    return Ok(());
+                }
+            }
+            checkpoint(state, version).await?;
+        }
+    }
+
+    /// Opens the channels whose shards' parents are finished, and adds
+    /// channels for shards opened since (splits and merges).
+    async fn add_channels(&self, t: &TableInner, shards: &StreamShards, state: &mut TunnelState) -> Result<()> {
+        let lineage = lineage(&t.manifest.lock().await.1);
+        for (part, _) in shards.all() {
+            let id = shard_name(t.id, part);
+            if !state.channels.iter().any(|c| c.id == id) {
+                state.channels.push(ChannelState {
+                    id,
+                    part: Some(part),
+                    status: ChannelStatus::Waiting,
+                    position: None,
+                    next_key: None,
+                    delivered: 0,
+                    last_commit_us: 0,
+                });
+            }
+        }
+        let finished: Vec<u64> = state
+            .channels
+            .iter()
+            .filter(|c| c.status == ChannelStatus::Finished)
+            .filter_map(|c| c.part)
+            .collect();
+        let present: Vec<u64> = state.channels.iter().filter_map(|c| c.part).collect();
+        for c in state.channels.iter_mut().filter(|c| c.status == ChannelStatus::Waiting) {
+            let parents = c
+                .part
+                .and_then(|p| lineage.get(&p))
+                .map(|(_, ps)| ps.clone())
+                .unwrap_or_default();
+            if parents.iter().all(|p| finished.contains(p) || !present.contains(p)) {
+                c.status = ChannelStatus::Open;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and delivers one batch of channel `i`; true when it delivered
+    /// records or finished.
+    async fn stream_batch(
+        &self,
+        t: &TableInner,
+        shards: &StreamShards,
+        state: &mut TunnelState,
+        i: usize,
+    ) -> Result<bool> {
+        let above = state.snapshot_seq.unwrap_or(0);
+        let c = &state.channels[i];
+        let part = c.part.expect("a stream channel has a shard");
+        let ctx = self.context(&c.id);
+        let Some(log) = shards.log(part) else {
+            // The shard's records all expired (or it was never kept).
+            return Err(behind(&self.table, &self.name, &c.id));
+        };
+        let from = match c.position {
+            Some([file, offset, skip]) => LogPosition {
+                file,
+                offset: offset as usize,
+                skip: skip as usize,
+            },
+            None => log.start()?,
+        };
+        let Some((entries, next)) = log.read(from, BATCH)? else {
+            return Err(behind(&self.table, &self.name, &c.id));
+        };
+        // Records past the expiration are gone for readers, deleted or not.
+        let now_us = self.db.inner.now_ms().max(0) as u64 * 1000;
+        if entries
+            .first()
+            .is_some_and(|(e, _)| e.commit_us < now_us.saturating_sub(shards.expiration_us()))
+        {
+            return Err(behind(&self.table, &self.name, &c.id));
+        }
+        let schema = t.full_schema();
+        let mut last_commit_us = c.last_commit_us;
+        let mut records = Vec::with_capacity(entries.len());
+        for (e, row_index) in entries {
+            last_commit_us = last_commit_us.max(e.commit_us);
+            // What the full phase's snapshot holds already.
+            if e.seq > above {
+                records.push(stream_record(&schema, e, row_index)?);
+            }
+        }
+        let moved = next != from;
+        if !records.is_empty() {
+            (self.process)(&ctx, &records)?;
+        }
+        let closed = t.state.read().part_by_id(part).is_none();
+        // (Synced first: records appended before it closed may not be.)
+        let finished = closed && log.fully_synced() && log.read(next, 1)?.is_some_and(|(rest, _)| rest.is_empty());
+        let c = &mut state.channels[i];
+        c.position = Some([next.file, next.offset as u64, next.skip as u64]);
+        c.delivered += records.len() as u64;
+        c.last_commit_us = last_commit_us;
+        if finished {
+            c.status = ChannelStatus::Finished;
+            (self.shutdown)(&ctx);
+        }
+        Ok(moved || finished)
+    }
+}
+
+fn behind(table: &str, tunnel: &str, channel: &str) -> Error {
+    Error::new(
+        ErrorKind::TrimmedDataAccess,
+        format!(
+            "tunnel '{tunnel}' of table '{table}' fell behind the stream's expiration: channel '{channel}' needs \
+             records that are gone; delete the tunnel and make a new one (a full-and-stream tunnel starts over from \
+             the table's rows)"
+        ),
+    )
+}
+
+/// Where a table's tunnels live.
+pub(super) fn tunnel_prefix(table_id: u64) -> String {
+    format!("tunnels/{table_id}")
+}
