@@ -656,15 +656,28 @@ impl TunnelWorker {
             },
             None => log.start()?,
         };
-        let Some((entries, next)) = log.read(from, BATCH)? else {
-            return Err(behind(&self.table, &self.name, &c.id));
+        let now_us = self.db.inner.now_ms().max(0) as u64 * 1000;
+        let cutoff = now_us.saturating_sub(shards.expiration_us());
+        let (entries, next) = match log.read(from, BATCH)? {
+            Some(read) => read,
+            None => {
+                // The position's file is gone: expired, or a file that
+                // held no record (dropped as empty). Records after the
+                // position are no older than the channel's newest one (or
+                // than the tunnel), so when that is inside the expiration
+                // none of them expired: go on at the oldest file left.
+                let reference = c
+                    .last_commit_us
+                    .max((state.created_ms.max(0) as u64 * 1000).saturating_sub(1_000_000));
+                if reference < cutoff {
+                    return Err(behind(&self.table, &self.name, &c.id));
+                }
+                log.read(log.start()?, BATCH)?
+                    .ok_or_else(|| behind(&self.table, &self.name, &c.id))?
+            }
         };
         // Records past the expiration are gone for readers, deleted or not.
-        let now_us = self.db.inner.now_ms().max(0) as u64 * 1000;
-        if entries
-            .first()
-            .is_some_and(|(e, _)| e.commit_us < now_us.saturating_sub(shards.expiration_us()))
-        {
+        if entries.first().is_some_and(|(e, _)| e.commit_us < cutoff) {
             return Err(behind(&self.table, &self.name, &c.id));
         }
         let schema = t.full_schema();

@@ -453,17 +453,37 @@ fn stream_from_the_command_line_and_sql() {
 }
 
 /// A `cellar write` process killed with SIGKILL mid-stream, three times
-/// (the last on a small memory budget: among flushes and compactions):
-/// the stream holds every acknowledged write once, nothing twice, in
-/// commit order, and replaying it rebuilds the table exactly.
+/// (the last on a small memory budget: among flushes and compactions),
+/// its table split into partitions by the background as it grows: the
+/// stream holds every acknowledged write once, nothing twice, each key's
+/// in commit order, and replaying it rebuilds the table exactly; so does
+/// a full-and-stream tunnel's consumer, `cellar tunnel consume` after
+/// each kill going on from its checkpoint.
 #[test]
 fn sigkill_leaves_every_acknowledged_write_in_the_stream_once() {
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("db");
-    let (code, _, err) = run_cli(&data, &["create", "t", "--pk", "k:integer", "--stream", "true"], "");
+    let (code, _, err) = run_cli(
+        &data,
+        &[
+            "create",
+            "t",
+            "--pk",
+            "k:integer",
+            "--stream",
+            "true",
+            "--partition-split-bytes",
+            "65536",
+        ],
+        "",
+    );
     assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run_cli(&data, &["tunnel", "create", "t", "c", "--type", "full-and-stream"], "");
+    assert_eq!(code, 0, "{err}");
+    let mut tunnel_model = std::collections::BTreeMap::new();
+    let mut tunnel_seen = std::collections::HashSet::new();
     let bin = env!("CARGO_BIN_EXE_cellar");
     let mut acked_all = Vec::new();
     for round in 0..3u64 {
@@ -509,7 +529,7 @@ fn sigkill_leaves_every_acknowledged_write_in_the_stream_once() {
         let (code, out, err) = run_cli(&data, &["stream", "t"], "");
         assert_eq!(code, 0, "{err}");
         let mut values = Vec::new();
-        let mut model = std::collections::BTreeMap::new();
+        let mut model: std::collections::BTreeMap<i64, u64> = std::collections::BTreeMap::new();
         for l in out.lines() {
             let j: serde_json::Value = serde_json::from_str(l).unwrap();
             assert_eq!(j["action"], "PUT_ROW");
@@ -522,12 +542,18 @@ fn sigkill_leaves_every_acknowledged_write_in_the_stream_once() {
                 .as_u64()
                 .unwrap();
             values.push(v);
-            model.insert(j["pk"]["k"].as_i64().unwrap(), v);
+            let k = j["pk"]["k"].as_i64().unwrap();
+            // Shards are printed one after the other: each key's in order.
+            assert!(
+                model.get(&k).is_none_or(|before| *before < v),
+                "round {round}: key {k} out of order"
+            );
+            model.insert(k, v);
         }
-        assert!(
-            values.windows(2).all(|w| w[0] < w[1]),
-            "round {round}: out of order or twice"
-        );
+        let mut sorted = values.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), values.len(), "round {round}: a record twice");
         let set: std::collections::HashSet<u64> = values.iter().copied().collect();
         let lost = acked_all.iter().filter(|a| !set.contains(a)).count();
         assert_eq!(lost, 0, "round {round}: {lost} acknowledged writes have no record");
@@ -545,7 +571,44 @@ fn sigkill_leaves_every_acknowledged_write_in_the_stream_once() {
             })
             .collect();
         assert_eq!(table, model, "round {round}: the stream replayed is not the table");
+        // The tunnel's consumer goes on from its checkpoint.
+        let (code, out, err) = run_cli(&data, &["tunnel", "consume", "t", "c"], "");
+        assert_eq!(code, 0, "{err}");
+        for l in out.lines() {
+            let j: serde_json::Value = serde_json::from_str(l).unwrap();
+            let id = (
+                j["channel"].to_string(),
+                j["sequence"]["timestamp"].to_string(),
+                j["sequence"]["row_index"].to_string(),
+            );
+            assert!(
+                j["channel"] == "full" || tunnel_seen.insert(id),
+                "round {round}: a record twice: {l}"
+            );
+            let k = j["pk"]["k"].as_i64().unwrap();
+            let v = j["columns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "v")
+                .map(|c| c["value"].as_u64().unwrap());
+            match v {
+                Some(v) => tunnel_model.insert(k, v),
+                None => tunnel_model.remove(&k),
+            };
+        }
+        assert_eq!(
+            tunnel_model, table,
+            "round {round}: the tunnel's consumer did not rebuild the table"
+        );
     }
+    let (code, out, err) = run_cli(&data, &["describe", "t", "--partitions"], "");
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        j["partitions"].as_array().unwrap().len() > 1,
+        "the table was split: {j}"
+    );
 }
 
 /// `cellar --read-only stream` beside the process that writes the table:
