@@ -198,11 +198,13 @@ async fn a_full_and_stream_tunnel_rebuilds_the_table() {
         }
     }
     catch_up(&db, &t, "copy", &consumer).await;
-    let c = consumer.lock().unwrap();
-    let twice: Vec<_> = c.seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "records delivered twice: {twice:?}");
-    assert!(c.finished.contains(&"full".to_string()));
-    let d = futures::executor::block_on(db.describe_tunnel("t", "copy")).unwrap();
+    {
+        let c = consumer.lock().unwrap();
+        let twice: Vec<_> = c.seen.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "records delivered twice: {twice:?}");
+        assert!(c.finished.contains(&"full".to_string()));
+    }
+    let d = db.describe_tunnel("t", "copy").await.unwrap();
     assert_eq!(d.stage, TunnelStage::Stream);
     assert!(
         d.channels
@@ -211,7 +213,6 @@ async fn a_full_and_stream_tunnel_rebuilds_the_table() {
         "{d:?}"
     );
     assert!(d.lag_ms.is_some());
-    drop(c);
     drop(t);
     db.close().await.unwrap();
 }
