@@ -462,9 +462,9 @@ pub enum TunnelCommand {
         name: String,
     },
     /// Print the tunnel's records as NDJSON (as `cellar stream`, with
-    /// "channel"), from its checkpoints on, checkpointing each batch once
-    /// printed: a restarted consumer goes on after the last batch it
-    /// printed (a batch cut short by a kill comes again)
+    /// "channel"), from its checkpoint on, checkpointing what it printed
+    /// every 100 ms and at the end: a consumer killed prints again what
+    /// came after its last checkpoint, and skips nothing
     Consume {
         /// Table name
         table: String,

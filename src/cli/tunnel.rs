@@ -1,9 +1,9 @@
 //! `cellar tunnel create|list|describe|delete|consume`: tunnels as JSON,
 //! their records as NDJSON.
 //!
-//! Invariant: `consume` prints and flushes a batch before the worker
-//! checkpoints it, so a consumer killed at any moment misses nothing on
-//! its next run (it may print the batch it was printing again).
+//! Invariant: `consume` prints and flushes a batch before the worker may
+//! checkpoint it, so a consumer killed at any moment misses nothing on
+//! its next run (it prints again what came after its last checkpoint).
 
 use std::io::Write;
 use std::sync::Arc;

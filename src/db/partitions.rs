@@ -51,43 +51,38 @@ impl Shared {
         // What the halves take over as memtable copies is only what was
         // written since this flush.
         self.freeze_and_flush(t).await?;
-        let mut ids = (0, 0);
         let keep = kept_shards(t);
-        let committed = t
-            .commit_layout(
-                "partition.split_committed",
-                |next| {
-                    let Some(i) = next.partitions.iter().position(|p| p.id == part) else {
-                        return Ok(false);
-                    };
-                    let parent = next.partitions[i].clone();
-                    close(next, i, &keep);
-                    ids = (next.next_partition_id, next.next_partition_id + 1);
-                    next.next_partition_id += 2;
-                    let half = |id, lower: String| PartitionMeta {
-                        id,
-                        lower,
-                        flushed_seq: parent.flushed_seq,
-                        segments: parent.segments.clone(),
-                        parents: vec![parent.id],
-                    };
-                    next.partitions
-                        .splice(i..=i, [half(ids.0, parent.lower.clone()), half(ids.1, hex_encode(&at))]);
-                    Ok(true)
-                },
-                &self.storage,
-            )
-            .await?;
-        if !committed {
+        let lower = hex_encode(&at);
+        let edit = |next: &mut crate::manifest::TableManifest| {
+            let Some(i) = next.partitions.iter().position(|p| p.id == part) else {
+                return Ok(None);
+            };
+            let parent = next.partitions[i].clone();
+            close(next, i, &keep);
+            let ids = (next.next_partition_id, next.next_partition_id + 1);
+            next.next_partition_id += 2;
+            let half = |id, lower: String| PartitionMeta {
+                id,
+                lower,
+                flushed_seq: parent.flushed_seq,
+                segments: parent.segments.clone(),
+                parents: vec![parent.id],
+            };
+            next.partitions
+                .splice(i..=i, [half(ids.0, parent.lower.clone()), half(ids.1, lower)]);
+            Ok(Some(ids))
+        };
+        let install = move |t: &TableInner, (l, r): (u64, u64)| {
+            // The halves' stream shards open as the parent's closes.
+            open_shards(t, &[l, r]);
+            t.state.write().split_part(part, &at, l, r);
+        };
+        if !self
+            .change_layout(t, "partition.split_committed", edit, install)
+            .await?
+        {
             return Ok(false);
         }
-        let table = t.clone();
-        self.apply_in_committer(Box::new(move || {
-            // The halves' stream shards open as the parent's closes.
-            open_shards(&table, &[ids.0, ids.1]);
-            table.state.write().split_part(part, &at, ids.0, ids.1);
-        }))
-        .await?;
         // The halves' shared segments are rewritten, each its own keys.
         self.schedule_compaction(t.clone());
         Ok(true)
@@ -119,49 +114,72 @@ impl Shared {
             }
             r.id
         };
-        let mut id = 0;
         let keep = kept_shards(t);
+        let edit = |next: &mut crate::manifest::TableManifest| {
+            let Some(i) = next.partitions.iter().position(|p| p.id == left) else {
+                return Ok(None);
+            };
+            if next.partitions.get(i + 1).is_none_or(|p| p.id != right) {
+                return Ok(None);
+            }
+            close(next, i, &keep);
+            close(next, i + 1, &keep);
+            let id = next.next_partition_id;
+            next.next_partition_id += 1;
+            let (l, r) = (&next.partitions[i], &next.partitions[i + 1]);
+            let merged = PartitionMeta {
+                id,
+                lower: l.lower.clone(),
+                // Conservative: the WAL puts back what either side had
+                // not flushed (writes are idempotent when replayed over
+                // themselves).
+                flushed_seq: l.flushed_seq.min(r.flushed_seq),
+                segments: l.segments.iter().chain(&r.segments).copied().collect(),
+                parents: vec![l.id, r.id],
+            };
+            next.partitions.splice(i..=i + 1, [merged]);
+            Ok(Some(id))
+        };
+        let install = move |t: &TableInner, id: u64| {
+            open_shards(t, &[id]);
+            t.state.write().merge_parts(left, right, id);
+        };
+        if !self
+            .change_layout(t, "partition.merge_committed", edit, install)
+            .await?
+        {
+            return Ok(false);
+        }
+        self.schedule_flush(t.clone());
+        Ok(true)
+    }
+
+    /// Commits a change of `t`'s partitions (one manifest version; `edit`
+    /// gives up with `None`), then has the committer install it in memory
+    /// with what `edit` returned. False when `edit` gave up.
+    async fn change_layout<X: Send + 'static>(
+        &self,
+        t: &Arc<TableInner>,
+        crash_point: &'static str,
+        edit: impl FnOnce(&mut crate::manifest::TableManifest) -> Result<Option<X>>,
+        install: impl FnOnce(&TableInner, X) + Send + 'static,
+    ) -> Result<bool> {
+        let mut made = None;
         let committed = t
             .commit_layout(
-                "partition.merge_committed",
+                crash_point,
                 |next| {
-                    let Some(i) = next.partitions.iter().position(|p| p.id == left) else {
-                        return Ok(false);
-                    };
-                    if next.partitions.get(i + 1).is_none_or(|p| p.id != right) {
-                        return Ok(false);
-                    }
-                    close(next, i, &keep);
-                    close(next, i + 1, &keep);
-                    id = next.next_partition_id;
-                    next.next_partition_id += 1;
-                    let (l, r) = (&next.partitions[i], &next.partitions[i + 1]);
-                    let merged = PartitionMeta {
-                        id,
-                        lower: l.lower.clone(),
-                        // Conservative: the WAL puts back what either side had
-                        // not flushed (writes are idempotent when replayed
-                        // over themselves).
-                        flushed_seq: l.flushed_seq.min(r.flushed_seq),
-                        segments: l.segments.iter().chain(&r.segments).copied().collect(),
-                        parents: vec![l.id, r.id],
-                    };
-                    next.partitions.splice(i..=i + 1, [merged]);
-                    Ok(true)
+                    made = edit(next)?;
+                    Ok(made.is_some())
                 },
                 &self.storage,
             )
             .await?;
-        if !committed {
+        let Some(made) = made.filter(|_| committed) else {
             return Ok(false);
-        }
+        };
         let table = t.clone();
-        self.apply_in_committer(Box::new(move || {
-            open_shards(&table, &[id]);
-            table.state.write().merge_parts(left, right, id);
-        }))
-        .await?;
-        self.schedule_flush(t.clone());
+        self.apply_in_committer(Box::new(move || install(&table, made))).await?;
         Ok(true)
     }
 

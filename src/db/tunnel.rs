@@ -13,9 +13,10 @@
 //! its end.
 //!
 //! Invariants: a checkpoint is written only after the callback returned
-//! for every record before it, so a restarted worker resumes after its
-//! last checkpoint and skips nothing (a record may come twice: at least
-//! once); the full phase reads one snapshot (a restart reads on from its
+//! for every record before it (at most every 100 ms while batches keep
+//! coming, and whenever a channel finishes or the worker stops), so a
+//! restarted worker resumes after its last checkpoint and skips nothing
+//! (what came after it comes again: at least once); the full phase reads one snapshot (a restart reads on from its
 //! checkpoint key in a new one), and the stream phase delivers exactly
 //! the records whose sequence is above that of the first snapshot, so
 //! applying the full rows and then the records in order gives the
@@ -446,22 +447,36 @@ impl TunnelWorker {
 
     /// Delivers the tunnel's records from its checkpoints on: the full
     /// phase, then each stream channel once the channels it follows are
-    /// finished. Checkpoints after each batch the callback took. With
+    /// finished. Checkpoints what the callback took at most every 100 ms,
+    /// and when a channel finishes, it is idle or it stops. With
     /// `follow`, waits for new records until stopped; otherwise returns
     /// once every channel is finished or has nothing new.
     pub async fn run(&self, follow: bool) -> Result<()> {
         let t = self.db.table_inner(&self.table)?;
-        let (mut version, mut state) = load(&self.db, &t, &self.name).await?;
-        let storage = self.db.inner.shared.storage.clone();
-        let log = log_of(&t, &self.name);
-        let mut checkpoint = |state: &TunnelState, version: &mut u64| {
-            *version += 1;
-            let (n, st) = (*version, state.clone());
-            let (storage, log) = (storage.clone(), &log);
-            async move { log.commit(&*storage.store, storage.local_root.as_deref(), n, &st).await }
+        let (version, mut state) = load(&self.db, &t, &self.name).await?;
+        let mut saver = Checkpoints {
+            log: log_of(&t, &self.name),
+            storage: self.db.inner.shared.storage.clone(),
+            version,
+            saved: std::time::Instant::now(),
+            dirty: false,
         };
+        let result = self.deliver(&t, &mut state, &mut saver, follow).await;
+        // What was delivered before a stop or an error is kept; a failed
+        // batch was not marked delivered, so it comes again.
+        let saved = saver.save(&state, true).await;
+        result.and(saved)
+    }
+
+    async fn deliver(
+        &self,
+        t: &Arc<TableInner>,
+        state: &mut TunnelState,
+        saver: &mut Checkpoints,
+        follow: bool,
+    ) -> Result<()> {
         if state.stage == TunnelStage::Full {
-            self.full_phase(&t, &mut state, &mut version, &mut checkpoint).await?;
+            self.full_phase(t, state, saver).await?;
         }
         if state.stage != TunnelStage::Stream {
             return Ok(());
@@ -473,7 +488,7 @@ impl TunnelWorker {
             ))
         })?;
         loop {
-            self.add_channels(&t, &shards, &mut state).await?;
+            self.add_channels(t, &shards, state).await?;
             let mut progressed = false;
             for i in 0..state.channels.len() {
                 if self.stop.load(Ordering::Acquire) {
@@ -482,12 +497,15 @@ impl TunnelWorker {
                 if state.channels[i].status != ChannelStatus::Open {
                     continue;
                 }
-                progressed |= self.stream_batch(&t, &shards, &mut state, i).await?;
-                if progressed {
-                    checkpoint(&state, &mut version).await?;
+                if self.stream_batch(t, &shards, state, i).await? {
+                    progressed = true;
+                    let finished = state.channels[i].status == ChannelStatus::Finished;
+                    saver.mark();
+                    saver.save(state, finished).await?;
                 }
             }
             if !progressed {
+                saver.save(state, true).await?;
                 if !follow || self.stop.load(Ordering::Acquire) {
                     return Ok(());
                 }
@@ -504,23 +522,15 @@ impl TunnelWorker {
     }
 
     /// The full phase: rows as of one snapshot, from the checkpoint key on.
-    async fn full_phase<F, Fut>(
-        &self,
-        t: &Arc<TableInner>,
-        state: &mut TunnelState,
-        version: &mut u64,
-        checkpoint: &mut F,
-    ) -> Result<()>
-    where
-        F: FnMut(&TunnelState, &mut u64) -> Fut,
-        Fut: std::future::Future<Output = Result<()>>,
-    {
+    async fn full_phase(&self, t: &Arc<TableInner>, state: &mut TunnelState, saver: &mut Checkpoints) -> Result<()> {
         let snaps = t.snapshots(&self.db.inner.shared.visible_seq);
         let seq = snaps.first().map_or(0, |s| s.seq);
-        // The stream phase takes over from the first snapshot read.
+        // The stream phase takes over from the first snapshot read: it is
+        // durable before any row goes out.
         if state.snapshot_seq.is_none() {
             state.snapshot_seq = Some(seq);
-            checkpoint(state, version).await?;
+            saver.mark();
+            saver.save(state, true).await?;
         }
         let ctx = self.context("full");
         let max_versions = t.options.read().max_versions;
@@ -584,12 +594,14 @@ impl TunnelWorker {
                         TunnelType::Full => TunnelStage::Finished,
                         _ => TunnelStage::Stream,
                     };
-                    checkpoint(state, version).await?;
+                    saver.mark();
+                    saver.save(state, true).await?;
                     (self.shutdown)(&ctx);
                     return Ok(());
                 }
             }
-            checkpoint(state, version).await?;
+            saver.mark();
+            saver.save(state, false).await?;
         }
     }
 
@@ -706,6 +718,43 @@ impl TunnelWorker {
             (self.shutdown)(&ctx);
         }
         Ok(moved || finished)
+    }
+}
+
+/// How often a worker checkpoints while batches keep coming (also when a
+/// channel or the full phase finishes, and when it stops or is idle).
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Writes a worker's checkpoints: a new version of the tunnel's state.
+struct Checkpoints {
+    log: ManifestLog,
+    storage: crate::storage::Storage,
+    version: u64,
+    saved: std::time::Instant,
+    /// Delivered since the last checkpoint.
+    dirty: bool,
+}
+
+impl Checkpoints {
+    /// Notes that batches were delivered (their callback returned).
+    fn mark(&mut self) {
+        self.dirty = true;
+    }
+
+    /// Checkpoints what was delivered, at most every `CHECKPOINT_EVERY`
+    /// unless `now`.
+    async fn save(&mut self, state: &TunnelState, now: bool) -> Result<()> {
+        if !self.dirty || (!now && self.saved.elapsed() < CHECKPOINT_EVERY) {
+            return Ok(());
+        }
+        let store = &*self.storage.store;
+        self.log
+            .commit(store, self.storage.local_root.as_deref(), self.version + 1, state)
+            .await?;
+        self.version += 1;
+        self.saved = std::time::Instant::now();
+        self.dirty = false;
+        Ok(())
     }
 }
 

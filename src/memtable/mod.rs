@@ -386,18 +386,10 @@ impl Memtable {
 
     /// The keys in `range` (any sequence), counted up to `cap`.
     pub fn key_count_in(&self, range: &KeyRange, cap: usize) -> usize {
-        if range.is_empty() {
+        let Some(bounds) = range_bounds(range, None) else {
             return 0;
-        }
-        let map = self.map.read();
-        let hi = match &range.hi {
-            Some(h) => Bound::Excluded(h.as_slice()),
-            None => Bound::Unbounded,
         };
-        map.keys
-            .range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
-            .take(cap)
-            .count()
+        self.map.read().keys.range::<[u8], _>(bounds).take(cap).count()
     }
 
     #[cfg(test)]
@@ -407,13 +399,11 @@ impl Memtable {
 
     /// The key `n` keys after the smallest in `range` (`None` past its last).
     pub fn nth_key_in(&self, range: &KeyRange, n: usize) -> Option<Vec<u8>> {
-        let map = self.map.read();
-        let hi = match &range.hi {
-            Some(h) => Bound::Excluded(h.as_slice()),
-            None => Bound::Unbounded,
-        };
-        map.keys
-            .range::<[u8], _>((Bound::Included(range.lo.as_slice()), hi))
+        let bounds = range_bounds(range, None)?;
+        self.map
+            .read()
+            .keys
+            .range::<[u8], _>(bounds)
             .nth(n)
             .map(|(k, _)| k.clone())
     }
