@@ -81,8 +81,17 @@ fn main() {
             db.close().await.unwrap();
         }
         println!("tunnel over {rows} rows (median of {rounds}):");
-        println!("  ingest                          {:>10.0} rows/s", common::median(ingest));
-        println!("  follower beside the writer      {:>10.0} records/s (to the last record)", common::median(beside));
-        println!("  consumer after the writes       {:>10.0} records/s", common::median(after));
+        println!(
+            "  ingest                          {:>10.0} rows/s",
+            common::median(ingest)
+        );
+        println!(
+            "  follower beside the writer      {:>10.0} records/s (to the last record)",
+            common::median(beside)
+        );
+        println!(
+            "  consumer after the writes       {:>10.0} records/s",
+            common::median(after)
+        );
     });
 }

@@ -37,6 +37,7 @@ mod read_only;
 mod reads;
 pub(crate) mod series;
 mod stream;
+mod stream_record;
 pub(crate) mod table;
 pub(crate) mod transaction;
 mod tunnel;

@@ -22,10 +22,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::Database;
+pub use super::stream_record::{SequenceInfo, StreamAction, StreamColumn, StreamRecord};
+use super::stream_record::{lineage, shard_name, stream_record};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::key::KeyRange;
-use crate::model::row::{Action, Mutation};
-use crate::model::types::{PrimaryKey, Value};
 use crate::state::TableInner;
 use crate::stream::{LogPosition, StreamLog, StreamShards};
 
@@ -155,71 +154,6 @@ pub enum StreamStart {
     Oldest,
     /// The first record committed at or after this time (ms since the epoch).
     AtMs(i64),
-}
-
-/// What a record's write was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamAction {
-    /// PutRow: the row was replaced by its columns.
-    PutRow,
-    /// UpdateRow: its column actions applied to the row.
-    UpdateRow,
-    /// DeleteRow.
-    DeleteRow,
-}
-
-/// One column of a record.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StreamColumn {
-    /// A version was written.
-    Put {
-        /// The column.
-        name: String,
-        /// The value.
-        value: Value,
-        /// Its version (timestamp, ms).
-        version: i64,
-    },
-    /// One version was deleted.
-    DeleteOneVersion {
-        /// The column.
-        name: String,
-        /// The version.
-        version: i64,
-    },
-    /// Every version was deleted.
-    DeleteAllVersions {
-        /// The column.
-        name: String,
-    },
-}
-
-/// A record's place in its shard: records compare in commit order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SequenceInfo {
-    /// Always 0 (commit times rise strictly within a database).
-    pub epoch: u32,
-    /// The commit time in microseconds since the epoch.
-    pub timestamp_us: u64,
-    /// The record's index among the writes committed together.
-    pub row_index: u32,
-}
-
-/// One committed row write.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StreamRecord {
-    /// What the write was.
-    pub action: StreamAction,
-    /// The row's primary key.
-    pub primary_key: PrimaryKey,
-    /// The columns it wrote or deleted (none for DeleteRow).
-    pub columns: Vec<StreamColumn>,
-    /// Its place in the shard.
-    pub sequence: SequenceInfo,
-    /// The origin record: the newest value of each of the stream's
-    /// columns (`StreamSpec::columns`) before the write, as
-    /// [`StreamColumn::Put`]s; a column the row did not have is left out.
-    pub origin: Vec<StreamColumn>,
 }
 
 /// What GetStreamRecord returns.
@@ -518,44 +452,6 @@ impl Database {
     }
 }
 
-/// A log entry as the record readers get.
-pub(super) fn stream_record(
-    schema: &crate::model::schema::TableSchema,
-    e: crate::wal::WalEntry,
-    row_index: u32,
-) -> Result<StreamRecord> {
-    Ok(StreamRecord {
-        primary_key: schema.decode_pk(&e.key)?,
-        sequence: SequenceInfo {
-            epoch: 0,
-            timestamp_us: e.commit_us,
-            row_index,
-        },
-        action: match &e.mutation {
-            Mutation::Put { .. } => StreamAction::PutRow,
-            Mutation::Update { .. } => StreamAction::UpdateRow,
-            Mutation::Delete => StreamAction::DeleteRow,
-        },
-        columns: columns(e.mutation),
-        origin: e
-            .origin
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, version, value)| StreamColumn::Put { name, value, version })
-            .collect(),
-    })
-}
-
-/// A shard's id: the table's id for its first partition (the one shard
-/// of a table from before partitions), `<table id>.<partition id>` for
-/// the others.
-pub(super) fn shard_name(table: u64, part: u64) -> String {
-    match part {
-        0 => table.to_string(),
-        p => format!("{table}.{p}"),
-    }
-}
-
 /// The partition and log of shard `shard_id`.
 fn shard_log(
     table: &TableInner,
@@ -588,27 +484,6 @@ fn trimmed(stream_id: &str) -> Error {
              at the oldest record kept"
         ),
     )
-}
-
-/// Each partition's keys and the partitions it was split or merged from,
-/// for the live partitions and the closed ones a manifest keeps.
-pub(super) fn lineage(m: &crate::manifest::TableManifest) -> std::collections::HashMap<u64, (KeyRange, Vec<u64>)> {
-    let mut out = std::collections::HashMap::new();
-    for (i, p) in m.partitions.iter().enumerate() {
-        let range = KeyRange {
-            lo: p.lower_key(),
-            hi: m.partitions.get(i + 1).map(|n| n.lower_key()),
-        };
-        out.insert(p.id, (range, p.parents.clone()));
-    }
-    for c in &m.closed_partitions {
-        let range = KeyRange {
-            lo: crate::segment::hex_decode(&c.lower),
-            hi: c.upper.as_deref().map(crate::segment::hex_decode),
-        };
-        out.insert(c.id, (range, c.parents.clone()));
-    }
-    out
 }
 
 /// The manifest of a table being opened (nothing else holds it yet).
@@ -779,28 +654,6 @@ pub(super) fn remove_dir(dir: &std::path::Path) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(format!("delete stream log {}", dir.display()), e)),
-    }
-}
-
-fn columns(m: Mutation) -> Vec<StreamColumn> {
-    match m {
-        Mutation::Put { cells, .. } => cells
-            .into_iter()
-            .map(|(name, version, value)| StreamColumn::Put { name, value, version })
-            .collect(),
-        Mutation::Update { actions } => actions
-            .into_iter()
-            .map(|a| match a {
-                Action::Put { column, version, value } => StreamColumn::Put {
-                    name: column,
-                    value,
-                    version,
-                },
-                Action::DeleteVersion { column, version } => StreamColumn::DeleteOneVersion { name: column, version },
-                Action::DeleteAll { column } => StreamColumn::DeleteAllVersions { name: column },
-            })
-            .collect(),
-        Mutation::Delete => Vec::new(),
     }
 }
 

@@ -365,7 +365,7 @@ impl Table {
 
     /// The table's range partitions in key order: bounds, bytes and rows
     /// (`cellar describe TABLE --partitions`).
-    pub async fn partitions(&self) -> Result<Vec<crate::PartitionInfo>> {
+    pub async fn partitions(&self) -> Result<Vec<super::partitions::PartitionInfo>> {
         self.check_live()?;
         super::partitions::partition_infos(&self.inner).await
     }
@@ -411,7 +411,7 @@ impl Table {
 
     /// ComputeSplitPointsBySize: the table cut into ranges of about
     /// `size` bytes at partition-key values, with where each is served.
-    pub async fn compute_split_points(&self, size: u64) -> Result<Vec<crate::SplitRange>> {
+    pub async fn compute_split_points(&self, size: u64) -> Result<Vec<super::partitions::SplitRange>> {
         self.check_live()?;
         super::partitions::split_points(&self.inner, size).await
     }

@@ -30,14 +30,14 @@ use serde::{Deserialize, Serialize};
 
 use super::Database;
 use super::reads::read_range;
-use super::stream::{lineage, shard_name, stream_record};
+use super::stream_record::{SequenceInfo, StreamAction, StreamColumn, StreamRecord};
+use super::stream_record::{lineage, shard_name, stream_record};
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::ManifestLog;
 use crate::model::api::GetRange;
 use crate::model::row::ReadOptions;
 use crate::state::TableInner;
 use crate::stream::{LogPosition, StreamShards};
-use crate::{StreamAction, StreamColumn, StreamRecord};
 
 /// What a tunnel delivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -572,7 +572,7 @@ impl TunnelWorker {
                             })
                         })
                         .collect(),
-                    sequence: crate::SequenceInfo {
+                    sequence: SequenceInfo {
                         epoch: 0,
                         timestamp_us: commit_us,
                         row_index: i as u32,

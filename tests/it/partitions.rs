@@ -466,39 +466,9 @@ async fn streams_follow_splits_and_merges() {
     );
     assert!(shards.iter().any(|s| s.parent_sibling_id.is_some()), "{shards:?}");
     // Rebuild the table from the records.
-    let mut rebuilt: BTreeMap<(i64, String), BTreeMap<String, Value>> = BTreeMap::new();
+    let mut rebuilt = crate::tunnels::Rebuilt::new();
     for (_, r) in &got {
-        let key = match (r.primary_key.get("card"), r.primary_key.get("order")) {
-            (Some(PkValue::Integer(c)), Some(PkValue::String(o))) => (*c, o.clone()),
-            other => panic!("{other:?}"),
-        };
-        match r.action {
-            StreamAction::DeleteRow => {
-                rebuilt.remove(&key);
-            }
-            StreamAction::PutRow => {
-                let row = rebuilt.entry(key).or_default();
-                row.clear();
-                for c in &r.columns {
-                    if let StreamColumn::Put { name, value, .. } = c {
-                        row.insert(name.clone(), value.clone());
-                    }
-                }
-            }
-            StreamAction::UpdateRow => {
-                let row = rebuilt.entry(key).or_default();
-                for c in &r.columns {
-                    match c {
-                        StreamColumn::Put { name, value, .. } => {
-                            row.insert(name.clone(), value.clone());
-                        }
-                        StreamColumn::DeleteAllVersions { name } | StreamColumn::DeleteOneVersion { name, .. } => {
-                            row.remove(name);
-                        }
-                    }
-                }
-            }
-        }
+        crate::tunnels::apply(&mut rebuilt, r);
     }
     let want: BTreeMap<(i64, String), BTreeMap<String, Value>> = model
         .iter()

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::common::*;
 
-type Rebuilt = BTreeMap<(i64, String), BTreeMap<String, Value>>;
+pub(crate) type Rebuilt = BTreeMap<(i64, String), BTreeMap<String, Value>>;
 
 /// What a consumer saw: the table it rebuilt and each record's identity.
 #[derive(Default)]
@@ -32,7 +32,7 @@ fn key_of(r: &StreamRecord) -> (i64, String) {
 }
 
 /// Applies a record to a rebuilt table (latest values only).
-fn apply(rebuilt: &mut Rebuilt, r: &StreamRecord) {
+pub(crate) fn apply(rebuilt: &mut Rebuilt, r: &StreamRecord) {
     let key = key_of(r);
     match r.action {
         StreamAction::DeleteRow => {
