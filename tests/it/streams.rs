@@ -794,3 +794,50 @@ async fn pipelined_writes_give_the_origins_of_one_at_a_time() {
     assert_eq!(runs[0], runs[1]);
     assert!(runs[0].iter().any(|(_, o)| !o.is_empty()), "origins were recorded");
 }
+
+/// Reads to the end of the table's one shard; the iterator there.
+async fn iterator_at_end(db: &Database) -> String {
+    let stream = db.list_streams(Some("t")).await.unwrap().remove(0).stream_id;
+    let shard = db.describe_stream(&stream).await.unwrap().shards.remove(0).shard_id;
+    let mut it = db.shard_iterator(&stream, &shard, StreamStart::Oldest).await.unwrap();
+    loop {
+        let page = db.get_stream_records(&it, 100).await.unwrap();
+        let empty = page.records.is_empty();
+        it = page.next_iterator.unwrap();
+        if empty {
+            return it;
+        }
+    }
+}
+
+/// Iterators kept across reopens (each open starts a new log file, and
+/// the expiry pass drops the empty ones) go on where they were: nothing
+/// expired, so they are never `TrimmedDataAccess`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_iterator_at_the_end_outlives_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = open(dir.path(), &clock).await;
+    let t = card_order_table(&db, TableOptions::default()).await;
+    db.set_stream("t", Some(StreamSpec::new(24))).await.unwrap();
+    t.put_row(PutRow::new(pk(1, "a"))).await.unwrap();
+    assert_eq!(records(&db, "t", 1).await.len(), 1);
+    let after_first = iterator_at_end(&db).await;
+    drop(t);
+    db.close().await.unwrap();
+    // A session that writes nothing: its log file stays empty.
+    let db = open(dir.path(), &clock).await;
+    let at_empty = iterator_at_end(&db).await;
+    db.close().await.unwrap();
+    let db = open(dir.path(), &clock).await;
+    // Let the expiry pass run over the sealed files.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    db.table("t").unwrap().put_row(PutRow::new(pk(2, "b"))).await.unwrap();
+    assert_eq!(records(&db, "t", 2).await.len(), 2);
+    for it in [&after_first, &at_empty] {
+        let page = db.get_stream_records(it, 10).await.unwrap();
+        assert_eq!(page.records.len(), 1, "only the new record");
+        assert_eq!(page.records[0].primary_key, pk(2, "b"));
+    }
+    db.close().await.unwrap();
+}
