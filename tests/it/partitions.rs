@@ -491,3 +491,52 @@ async fn streams_follow_splits_and_merges() {
     drop(t);
     db.close().await.unwrap();
 }
+
+/// A table of several partitions archives (each partition compacted, the
+/// partitions kept in the archive's manifest), reads the same archived
+/// and restored, and a read-only handle beside a writer that splits and
+/// merges sees each state whole after a refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_tables_archive_restore_and_read_beside_a_writer() {
+    let (dir, _clock, db, t) = fixture(TableOptions::default()).await;
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut model = Model::new();
+    for _ in 0..2000 {
+        random_write(&t, &mut rng, &mut model).await;
+    }
+    let reader = Database::open_read_only(dir.path()).await.unwrap();
+    for at in [100i64, 200] {
+        assert!(t.split_partition(at).await.unwrap());
+        for _ in 0..300 {
+            random_write(&t, &mut rng, &mut model).await;
+        }
+        reader.refresh().await.unwrap();
+        let seen = scan_all(&reader.table("t").unwrap(), GetRange::new()).await;
+        assert_eq!(seen.len(), model.len(), "the reader after a split at {at}");
+    }
+    t.compact().await.unwrap();
+    let parts = t.partitions().await.unwrap();
+    assert!(t.merge_partitions(parts[0].id).await.unwrap());
+    reader.refresh().await.unwrap();
+    assert_eq!(reader.table("t").unwrap().partitions().await.unwrap().len(), 2);
+    assert_eq!(
+        scan_all(&reader.table("t").unwrap(), GetRange::new()).await.len(),
+        model.len()
+    );
+    drop(reader);
+    let sess = SqlSession::new(db.clone());
+    check(&t, &sess, &model, "before the archive").await;
+    let to = RemoteLocation::new(dir.path().join("archive").to_str().unwrap());
+    db.archive_table("t", &to, &|_| {}).await.unwrap();
+    let t = db.table("t").unwrap();
+    assert_eq!(t.partitions().await.unwrap().len(), 2);
+    check(&t, &sess, &model, "archived").await;
+    db.restore_table("t", &|_| {}).await.unwrap();
+    let t = db.table("t").unwrap();
+    check(&t, &sess, &model, "restored").await;
+    random_write(&t, &mut rng, &mut model).await;
+    check(&t, &sess, &model, "written after the restore").await;
+    drop(sess);
+    drop(t);
+    db.close().await.unwrap();
+}
