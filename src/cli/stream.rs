@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 
-use serde_json::{Value as Json, json};
 
 use super::json::{pk_json, value_json};
 use super::stdout;
@@ -61,7 +60,7 @@ pub(super) async fn run(db: &Database, table: &str, since: Option<i64>, follow: 
         for (shard, it) in reading.clone() {
             let page = db.get_stream_records(&it, PAGE).await?;
             for r in &page.records {
-                writeln!(out, "{}", record_json(r, &shard)).map_err(|e| Error::io("write to stdout", e))?;
+                write_record(&mut out, r, &shard, None).map_err(|e| Error::io("write to stdout", e))?;
             }
             out.flush().map_err(|e| Error::io("write to stdout", e))?;
             progressed |= !page.records.is_empty();
@@ -89,51 +88,116 @@ pub(super) async fn run(db: &Database, table: &str, since: Option<i64>, follow: 
     }
 }
 
-/// One record as a JSON line (see the module docs).
-pub(crate) fn record_json(r: &StreamRecord, shard: &str) -> Json {
-    let mut j = record_fields(r, shard);
-    if !r.origin.is_empty() {
-        j["origin"] = r
-            .origin
-            .iter()
-            .filter_map(|c| match c {
-                StreamColumn::Put { name, value, version } => {
-                    Some(json!({"name": name, "value": value_json(value), "version": version}))
-                }
-                _ => None,
-            })
-            .collect();
-    }
-    j
-}
-
-fn record_fields(r: &StreamRecord, shard: &str) -> Json {
-    let columns: Vec<Json> = r
-        .columns
-        .iter()
-        .map(|c| match c {
+/// Writes one record as a JSON line (see the module docs), with
+/// `"channel"` when it comes from a tunnel. Written field by field rather
+/// than through a `serde_json::Value` (whose map inserts and allocations
+/// were most of a million-record `cellar stream`).
+pub(crate) fn write_record(
+    out: &mut impl Write,
+    r: &StreamRecord,
+    shard: &str,
+    channel: Option<&str>,
+) -> std::io::Result<()> {
+    let action = match r.action {
+        StreamAction::PutRow => "PUT_ROW",
+        StreamAction::UpdateRow => "UPDATE_ROW",
+        StreamAction::DeleteRow => "DELETE_ROW",
+    };
+    write!(out, "{{\"action\":\"{action}\",\"pk\":")?;
+    write_pk(out, &r.primary_key)?;
+    out.write_all(b",\"columns\":[")?;
+    for (i, c) in r.columns.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        match c {
             StreamColumn::Put { name, value, version } => {
-                json!({"name": name, "type": "put", "value": value_json(value), "version": version})
+                out.write_all(b"{\"name\":")?;
+                write_str(out, name)?;
+                out.write_all(b",\"type\":\"put\",\"value\":")?;
+                write_value(out, value)?;
+                write!(out, ",\"version\":{version}}}")?;
             }
             StreamColumn::DeleteOneVersion { name, version } => {
-                json!({"name": name, "type": "delete_one_version", "version": version})
+                out.write_all(b"{\"name\":")?;
+                write_str(out, name)?;
+                write!(out, ",\"type\":\"delete_one_version\",\"version\":{version}}}")?;
             }
-            StreamColumn::DeleteAllVersions { name } => json!({"name": name, "type": "delete_all_versions"}),
+            StreamColumn::DeleteAllVersions { name } => {
+                out.write_all(b"{\"name\":")?;
+                write_str(out, name)?;
+                out.write_all(b",\"type\":\"delete_all_versions\"}")?;
+            }
+        }
+    }
+    let q = &r.sequence;
+    write!(
+        out,
+        "],\"sequence\":{{\"epoch\":{},\"timestamp\":{},\"row_index\":{}}},\"shard\":",
+        q.epoch, q.timestamp_us, q.row_index
+    )?;
+    write_str(out, shard)?;
+    let origin: Vec<_> = r
+        .origin
+        .iter()
+        .filter_map(|c| match c {
+            StreamColumn::Put { name, value, version } => Some((name, value, version)),
+            _ => None,
         })
         .collect();
-    json!({
-        "action": match r.action {
-            StreamAction::PutRow => "PUT_ROW",
-            StreamAction::UpdateRow => "UPDATE_ROW",
-            StreamAction::DeleteRow => "DELETE_ROW",
-        },
-        "pk": pk_json(&r.primary_key),
-        "columns": columns,
-        "sequence": {
-            "epoch": r.sequence.epoch,
-            "timestamp": r.sequence.timestamp_us,
-            "row_index": r.sequence.row_index,
-        },
-        "shard": shard,
-    })
+    if !r.origin.is_empty() {
+        out.write_all(b",\"origin\":[")?;
+        for (i, (name, value, version)) in origin.into_iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            out.write_all(b"{\"name\":")?;
+            write_str(out, name)?;
+            out.write_all(b",\"value\":")?;
+            write_value(out, value)?;
+            write!(out, ",\"version\":{version}}}")?;
+        }
+        out.write_all(b"]")?;
+    }
+    if let Some(ch) = channel {
+        out.write_all(b",\"channel\":")?;
+        write_str(out, ch)?;
+    }
+    out.write_all(b"}\n")
+}
+
+/// A JSON string, escaped as serde_json escapes it.
+fn write_str(out: &mut impl Write, s: &str) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, s).map_err(std::io::Error::other)
+}
+
+/// A value as `value_json` prints it.
+fn write_value(out: &mut impl Write, v: &crate::Value) -> std::io::Result<()> {
+    match v {
+        crate::Value::Integer(i) => write!(out, "{i}"),
+        crate::Value::Double(_) | crate::Value::Binary(_) => {
+            serde_json::to_writer(&mut *out, &value_json(v)).map_err(std::io::Error::other)
+        }
+        crate::Value::String(s) => write_str(out, s),
+        crate::Value::Boolean(b) => write!(out, "{b}"),
+    }
+}
+
+/// A primary key as `pk_json` prints it.
+fn write_pk(out: &mut impl Write, pk: &crate::PrimaryKey) -> std::io::Result<()> {
+    out.write_all(b"{")?;
+    for (i, (name, v)) in pk.columns.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        write_str(out, name)?;
+        out.write_all(b":")?;
+        match v {
+            crate::PkValue::Integer(n) => write!(out, "{n}")?,
+            crate::PkValue::String(s) => write_str(out, s)?,
+            _ => serde_json::to_writer(&mut *out, &pk_json(&crate::PrimaryKey::new().with(name.clone(), v.clone()))[name])
+                .map_err(std::io::Error::other)?,
+        }
+    }
+    out.write_all(b"}")
 }

@@ -72,9 +72,8 @@ pub(super) async fn run(db: &Database, command: TunnelCommand) -> Result<()> {
             let process = Arc::new(move |ctx: &crate::ChannelContext, records: &[crate::StreamRecord]| {
                 let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout::stdout());
                 for r in records {
-                    let mut j = super::stream::record_json(r, &ctx.channel);
-                    j["channel"] = json!(ctx.channel);
-                    line(&mut out, &j)?;
+                    super::stream::write_record(&mut out, r, &ctx.channel, Some(&ctx.channel))
+                        .map_err(|e| Error::io("write to stdout", e))?;
                 }
                 // Printed before the worker checkpoints the batch.
                 out.flush().map_err(|e| Error::io("write to stdout", e))
