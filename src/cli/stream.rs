@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 
-
 use super::json::{pk_json, value_json};
 use super::stdout;
 use crate::error::{Error, Result};
@@ -195,8 +194,11 @@ fn write_pk(out: &mut impl Write, pk: &crate::PrimaryKey) -> std::io::Result<()>
         match v {
             crate::PkValue::Integer(n) => write!(out, "{n}")?,
             crate::PkValue::String(s) => write_str(out, s)?,
-            _ => serde_json::to_writer(&mut *out, &pk_json(&crate::PrimaryKey::new().with(name.clone(), v.clone()))[name])
-                .map_err(std::io::Error::other)?,
+            _ => serde_json::to_writer(
+                &mut *out,
+                &pk_json(&crate::PrimaryKey::new().with(name.clone(), v.clone()))[name],
+            )
+            .map_err(std::io::Error::other)?,
         }
     }
     out.write_all(b"}")
