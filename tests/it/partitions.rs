@@ -131,6 +131,7 @@ async fn splits_and_merges_under_writes_keep_every_row() {
         let mut t = card_order_table(&db, TableOptions::default()).await;
         let mut rng = StdRng::seed_from_u64(seed);
         let mut model = Model::new();
+        let mut most_parts = 1;
         for round in 0..6 {
             let writer = {
                 let (t, mut model, seed) = (t.clone(), model.clone(), seed * 100 + round);
@@ -145,6 +146,7 @@ async fn splits_and_merges_under_writes_keep_every_row() {
             // Layout changes while the writer runs.
             for _ in 0..3 {
                 let parts = t.partitions().await.unwrap();
+                most_parts = most_parts.max(parts.len());
                 if parts.len() < 2 || (parts.len() < 5 && rng.random_bool(0.7)) {
                     assert!(t.split_partition(rng.random_range(1..300i64)).await.is_ok());
                 } else {
@@ -192,8 +194,9 @@ async fn splits_and_merges_under_writes_keep_every_row() {
             let sess = SqlSession::new(db.clone());
             check(&t, &sess, &model, &format!("seed {seed} round {round}, after")).await;
         }
+        // Splits happened (merges may have joined them all again).
+        assert!(most_parts > 1, "seed {seed}: never split");
         let parts = t.partitions().await.unwrap();
-        assert!(parts.len() > 1, "{parts:?}");
         // Bounds are whole partition-key values, in order, covering all.
         assert_eq!(parts[0].lower, None);
         assert_eq!(parts.last().unwrap().upper, None);
