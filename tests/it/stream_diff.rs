@@ -14,7 +14,10 @@
 //! streams the tables are flushed, compacted or reopened now and then;
 //! memtables of 4 KiB make flushes run in the background during a stream,
 //! so a checked write's row often moves to a segment between its check and
-//! its commit.
+//! its commit. The pipelined table's range partitions are split and merged
+//! while a stream's batches are in flight (a split at card 1 puts the hot
+//! keys in two partitions), so checked writes also cross layout changes
+//! between their check and their commit.
 //!
 //! `CELLAR_DIFF_STREAMS=N` runs more streams (default 2000);
 //! `CELLAR_DIFF_SEED` another seed.
@@ -152,9 +155,24 @@ async fn run(durability: Durability, default_streams: u64, ascending: bool) {
             queued.push(p.enqueue_batch(batch).await.unwrap());
             i += n;
         }
+        // A split or merge of the pipelined table beside its queued writes.
+        let layout = (rng.random_range(0..4) == 0).then(|| {
+            let (p, at) = (p.clone(), rng.random_range(1..3i64));
+            tokio::spawn(async move {
+                let parts = p.partitions().await.unwrap();
+                if parts.len() < 3 {
+                    p.split_partition(at).await.unwrap();
+                } else if let Err(e) = p.merge_partitions(parts[0].id).await {
+                    assert!(e.to_string().contains("share segments"), "{e}");
+                }
+            })
+        });
         let mut pipelined = Vec::new();
         for q in queued {
             pipelined.extend(q.durable().await.unwrap());
+        }
+        if let Some(l) = layout {
+            l.await.unwrap();
         }
         let mut sequential = Vec::new();
         for (_, w) in &writes {
@@ -206,5 +224,14 @@ async fn run(durability: Durability, default_streams: u64, ascending: bool) {
         }
         clock.advance(rng.random_range(0..1500));
     }
-    eprintln!("{streams} streams, {lines} writes ({checked} with a condition), seed {seed}");
+    let parts = db.table("pipelined").unwrap().partitions().await.unwrap();
+    assert!(
+        parts.len() > 1 || streams < 100,
+        "the pipelined table was split: {parts:?}"
+    );
+    eprintln!(
+        "{streams} streams, {lines} writes ({checked} with a condition), seed {seed}; pipelined table in {} \
+         partitions",
+        parts.len()
+    );
 }
