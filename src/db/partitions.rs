@@ -468,9 +468,9 @@ pub(crate) async fn split_points(t: &TableInner, size: u64) -> Result<Vec<SplitR
             .collect()
     };
     let ty = t.schema.primary_key[0].pk_type;
-    let mut bounds: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut bounds: Vec<Vec<u8>> = Vec::new();
     let mut acc = 0u64;
-    for (id, range, segments) in &parts {
+    for (_, range, segments) in &parts {
         let starts = group_starts(segments, range).await?;
         // Bytes per row of each segment, to weigh its row groups.
         for (k, rows) in starts {
@@ -480,8 +480,8 @@ pub(crate) async fn split_points(t: &TableInner, size: u64) -> Result<Vec<SplitR
             let per_row = seg.map_or(0, |s| s.meta.size_bytes / s.meta.num_rows.max(1));
             if acc >= size {
                 let bound = partition_prefix(&k, ty).to_vec();
-                if bounds.last().is_none_or(|(b, _)| *b < bound) && bound.as_slice() > range.lo.as_slice() {
-                    bounds.push((bound, *id));
+                if bounds.last().is_none_or(|b| *b < bound) && bound.as_slice() > range.lo.as_slice() {
+                    bounds.push(bound);
                     acc = 0;
                 }
             }
@@ -498,20 +498,17 @@ pub(crate) async fn split_points(t: &TableInner, size: u64) -> Result<Vec<SplitR
         let i = parts.partition_point(|(_, r, _)| r.lo.as_slice() <= k).max(1) - 1;
         format!("partition-{}", parts[i].0)
     };
-    let mut out = Vec::with_capacity(bounds.len() + 1);
-    let mut lower: Option<Vec<u8>> = None;
-    for (b, _) in bounds
-        .iter()
-        .map(|(b, id)| (b.clone(), *id))
-        .chain(std::iter::once((Vec::new(), 0)))
-    {
-        let upper = (!b.is_empty()).then_some(b);
-        out.push(SplitRange {
-            lower: lower.as_deref().map(decode).transpose()?,
-            upper: upper.as_deref().map(decode).transpose()?,
-            location: location(lower.as_deref().unwrap_or_default()),
-        });
-        lower = upper;
-    }
-    Ok(out)
+    // Range i runs from bound i - 1 (none: the start) to bound i (none: the end).
+    let lowers = std::iter::once(None).chain(bounds.iter().map(Some));
+    let uppers = bounds.iter().map(Some).chain(std::iter::once(None));
+    lowers
+        .zip(uppers)
+        .map(|(lower, upper)| {
+            Ok(SplitRange {
+                lower: lower.map(|k| decode(k)).transpose()?,
+                upper: upper.map(|k| decode(k)).transpose()?,
+                location: location(lower.map_or(&[][..], |k| k.as_slice())),
+            })
+        })
+        .collect()
 }

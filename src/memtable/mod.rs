@@ -407,12 +407,6 @@ impl Memtable {
             .nth(n)
             .map(|(k, _)| k.clone())
     }
-
-    /// The smallest and largest key, `None` when empty.
-    pub fn key_bounds(&self) -> Option<(Vec<u8>, Vec<u8>)> {
-        let map = self.map.read();
-        Some((map.keys.keys().next()?.clone(), map.keys.keys().next_back()?.clone()))
-    }
 }
 
 /// Whether a key's newest write at or before `snapshot` came after

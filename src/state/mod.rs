@@ -96,17 +96,18 @@ impl PartState {
         self.memtables().filter_map(|m| m.min_seq()).min()
     }
 
-    /// Whether every source it names holds only its own keys (none is
-    /// shared with a neighbour since a split).
+    /// Whether every segment it names holds only its own keys (none is
+    /// shared with a neighbour since a split). Memtables always do: a
+    /// split copies the parent's writes into each half's own.
     pub fn owns_its_sources(&self) -> bool {
-        let inside = |min: &[u8], max: &[u8]| {
-            self.range.lo.as_slice() <= min && self.range.hi.as_ref().is_none_or(|h| max < h.as_slice())
-        };
-        self.segments.iter().all(|s| inside(&s.min_key, &s.max_key))
-            && self
-                .immutables
-                .iter()
-                .all(|m| m.key_bounds().is_none_or(|(lo, hi)| inside(&lo, &hi)))
+        self.segments.iter().all(|s| {
+            self.range.lo.as_slice() <= s.min_key.as_slice()
+                && self
+                    .range
+                    .hi
+                    .as_ref()
+                    .is_none_or(|h| s.max_key.as_slice() < h.as_slice())
+        })
     }
 }
 

@@ -601,11 +601,13 @@ fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &
     let mut logs: Vec<Shard> = Vec::new();
     let mut shard_of: Vec<Option<usize>> = Vec::with_capacity(group.len());
     // Groups are mostly one table's: look a table up once per run of it.
-    let mut table: Option<(u64, Option<Arc<crate::stream::StreamShards>>, bool)> = None;
+    // The table of the run, its shards, and its partition when it has one.
+    let mut table: Option<(u64, Option<Arc<crate::stream::StreamShards>>, Option<u64>)> = None;
     for w in group {
         if table.as_ref().is_none_or(|(id, _, _)| *id != w.table.id) {
             let shards = w.table.stream.read().clone();
-            let single = w.table.state.read().parts.len() == 1;
+            let st = w.table.state.read();
+            let single = (st.parts.len() == 1).then(|| st.parts[0].id);
             table = Some((w.table.id, shards, single));
         }
         let Some((id, Some(shards), single)) = &table else {
@@ -613,8 +615,8 @@ fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &
             continue;
         };
         let part = match single {
-            true => w.table.state.read().parts[0].id,
-            false => w.table.state.read().part(&w.key).id,
+            Some(p) => *p,
+            None => w.table.state.read().part(&w.key).id,
         };
         let at = match logs.iter().position(|(t, p, _)| t == id && *p == part) {
             Some(at) => Some(at),
