@@ -57,6 +57,7 @@ pub use db::{
     ChannelContext, ChannelStatus, ProcessFn, ShutdownFn, TunnelChannel, TunnelDescription, TunnelStage, TunnelType,
     TunnelWorker,
 };
+pub use db::{IndexInfo, IndexPhase};
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{
     ColumnValue, Condition, DeleteRow, Direction, GetRange, GetRow, GetRowResult, MAX_RANGE_BYTES, MAX_RANGE_ROWS,
@@ -64,10 +65,15 @@ pub use model::api::{
 };
 pub use model::capacity::{CU_BYTES, CapacityUnit};
 pub use model::filter::{ColumnCondition, CompareOp, Filter};
+pub use model::index::{
+    IndexDef, IndexKind, IndexSpec, MAX_INCLUDED_COLUMNS, MAX_INDEX_COLUMNS, MAX_INDEX_KEY_COLUMNS,
+    MAX_INDEXES_PER_TABLE,
+};
 pub use model::row::ReadOptions;
 pub use model::schema::{
-    ColumnDef, MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET, MAX_PK_VALUE_BYTES,
-    MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, OptionsUpdate, PkColumn, TableOptions, TableSchema, validate_name,
+    ColumnDef, MAX_BATCH_GET_ROWS, MAX_BATCH_WRITE_ROWS, MAX_COLUMNS_PER_WRITE, MAX_COLUMNS_TO_GET,
+    MAX_DEFINED_COLUMNS, MAX_PK_VALUE_BYTES, MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, OptionsUpdate, PkColumn,
+    TableOptions, TableSchema, validate_name,
 };
 pub use model::types::{Cell, PkBound, PkBoundValue, PkType, PkValue, PrimaryKey, Row, Value, ValueType};
 pub use options::{DEFAULT_MEMORY_BUDGET, DbOptions, MIN_MEMORY_BUDGET, ValueCompression, parse_memory_size};

@@ -86,6 +86,12 @@ impl Database {
         self.inner.writable("an archive")?;
         let to = &to.absolute()?;
         let t = self.table_inner(name)?;
+        if t.index_of.is_some() || !t.indexes.read().is_empty() {
+            return Err(Error::param(format!(
+                "'{name}' is an index or has indexes, which an archived (read-only) table cannot keep; drop its \
+                 indexes first (DROP INDEX)"
+            )));
+        }
         if t.stream.read().is_some() {
             return Err(Error::param(format!(
                 "table '{name}' has a change stream, which an archived (read-only) table cannot keep; disable it \
@@ -252,12 +258,19 @@ impl Database {
             return self.drop_series(name).await;
         }
         let t = self.table_inner(name)?;
+        if let Some(def) = &t.index_of {
+            return Err(Error::param(format!(
+                "'{name}' is an index of table '{}'; drop it with DROP INDEX {name} (cellar index drop {} {name})",
+                def.table, def.table
+            )));
+        }
         let Ok(_transfer) = t.transfer.try_lock() else {
             return Err(Error::param(format!(
                 "table '{name}' is being archived or restored; drop it once that ends"
             )));
         };
         let Some(record) = self.archive_record(t.id).await else {
+            self.drop_indexes_of(name).await?;
             return self.drop_local_table(name).await;
         };
         match archive {

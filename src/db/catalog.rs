@@ -2,7 +2,8 @@
 //! tables, and where archived ones are, committed as numbered versions
 //! like a table's manifest. An archived table's segment list lives here
 //! (its local manifest is gone), so one catalog commit switches a table
-//! between local and archived.
+//! between local and archived. An index is a table here whose entry
+//! carries its definition (`db/index.rs`).
 //!
 //! Invariant: DDL holds the catalog lock from reading the committed
 //! version to committing the next one, so DDL statements are serialised and
@@ -37,4 +38,7 @@ pub(super) struct CatalogEntry {
     /// The table's change stream, when enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) stream: Option<super::stream::StreamState>,
+    /// Set for an index table: its definition and phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) index: Option<super::index::IndexRecord>,
 }

@@ -190,6 +190,9 @@ impl DbInner {
         if t.read_only.load(Ordering::Acquire) {
             return Err(t.read_only_error());
         }
+        crate::write::index::refuse_index_write(&t)?;
+        validate::check_defined_types(&t.schema.name, &t.declared.read(), &w)?;
+        let indexed = crate::write::index::check_values(&t, &w)?;
         let return_type = w.return_type();
         let auto_increment = t.schema.auto_increment_column();
         let pk = (return_type != ReturnType::None || auto_increment.is_some()).then(|| w.primary_key().clone());
@@ -204,7 +207,7 @@ impl DbInner {
         // A stream that records origin columns needs the row before the
         // write: such a write reads it, as a checked one does.
         let origin = t.origin_columns();
-        if (w.reads_row() || origin.is_some()) && !new_row {
+        if (w.reads_row() || origin.is_some() || indexed) && !new_row {
             let (key, _) = validate::precheck(&t.schema, &w)?;
             // One snapshot per partition for a batch's writes.
             let taken = |(id, snap, _): &&(u64, Snapshot, Arc<MemChain>)| *id == t.id && snap.range.contains(&key);
@@ -242,6 +245,7 @@ impl DbInner {
             let origin_now = origin
                 .as_ref()
                 .map(|c| crate::write::checked::origin_of(state.as_ref(), c));
+            let before = indexed.then(|| state.clone());
             let check = CheckedWrite {
                 at: snap.seq,
                 state,
@@ -259,6 +263,7 @@ impl DbInner {
                 auto_increment: None,
                 check: Some(Box::new(check)),
                 origin: origin_now,
+                before,
             };
             return Ok((pending, accepted));
         }
@@ -287,6 +292,7 @@ impl DbInner {
             check: None,
             // A new row (auto-increment): nothing before it.
             origin: origin.map(|_| Vec::new()),
+            before: indexed.then_some(None),
         };
         Ok((pending, accepted))
     }

@@ -172,10 +172,12 @@ async fn load_once(
         };
         max_seq = max_seq.max(seen);
         t.series = entry.series.clone();
+        t.index_of = super::index::loaded_def(entry, &catalog);
         let t = Arc::new(t);
         by_id.insert(entry.id, (t.clone(), flushed));
         tables.insert(entry.schema.name.clone(), t);
     }
+    super::index::link_loaded(&catalog, &tables);
     let mut last_commit_us = 0;
     let streamed: Vec<u64> = catalog
         .tables

@@ -26,6 +26,7 @@
 mod archive;
 mod background;
 mod catalog;
+mod index;
 mod inner;
 mod load;
 pub(crate) mod lock;
@@ -49,6 +50,7 @@ use std::sync::atomic::Ordering;
 
 pub use self::archive::ArchiveOnDrop;
 use self::catalog::{CatalogEntry, CatalogFile};
+pub use self::index::{IndexInfo, IndexPhase};
 use self::inner::DbInner;
 pub use self::maintain::{MaintenanceAction, MaintenanceStep};
 pub use self::partitions::{PartitionInfo, SplitRange};
@@ -216,6 +218,7 @@ impl Database {
             archive: None,
             series: series.clone(),
             stream: None,
+            index: None,
         });
         self.commit_catalog(&mut cat, next).await?;
         let mut manifest = TableManifest::default();
@@ -234,6 +237,12 @@ impl Database {
         let t = self.table_inner(name)?;
         let new = update.apply(&t.options.read());
         new.validate()?;
+        if t.index_of.is_some() {
+            return Err(Error::param(format!(
+                "'{name}' is an index; its options follow its table's (alter the table)"
+            )));
+        }
+        index::options_changed(&t, &new)?;
         let mut next = cat.1.clone();
         for e in &mut next.tables {
             if e.id == t.id {
@@ -254,6 +263,41 @@ impl Database {
         let mut schema = t.full_schema();
         schema.check_new_column(&column)?;
         schema.columns.push(column);
+        let mut next = cat.1.clone();
+        for e in &mut next.tables {
+            if e.id == t.id {
+                e.schema = schema.clone();
+            }
+        }
+        self.commit_catalog(&mut cat, next).await?;
+        *t.declared.write() = schema.columns;
+        Ok(())
+    }
+
+    /// Removes a predefined column (DeleteDefinedColumn): writes of any
+    /// type to it are accepted again; its data stays. Refused while an
+    /// index uses it.
+    pub async fn drop_column(&self, table: &str, column: &str) -> Result<()> {
+        self.inner.writable("ALTER TABLE .. DROP COLUMN")?;
+        let mut cat = self.inner.catalog.lock().await;
+        let t = self.table_inner(table)?;
+        let mut schema = t.full_schema();
+        if !schema.columns.iter().any(|c| c.name == column) {
+            let known: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
+            return Err(Error::new(
+                ErrorKind::ObjectNotExist,
+                format!(
+                    "table '{table}' has no predefined column '{column}'; its predefined columns: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+        index::check_column_unused(&cat.1, table, column)?;
+        schema.columns.retain(|c| c.name != column);
         let mut next = cat.1.clone();
         for e in &mut next.tables {
             if e.id == t.id {
@@ -290,9 +334,15 @@ impl Database {
         archive::delete_local(&self.inner.shared.storage, &format!("tables/{}", t.id)).await
     }
 
-    /// Table names, sorted.
+    /// Table names, sorted (indexes not among them: see
+    /// [`Database::list_indexes`]).
     pub fn list_tables(&self) -> Vec<String> {
-        self.inner.shared.tables.read().keys().cloned().collect()
+        let tables = self.inner.shared.tables.read();
+        tables
+            .iter()
+            .filter(|(_, t)| t.index_of.is_none())
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Every table and series with where its data is, sorted by name.
@@ -303,6 +353,7 @@ impl Database {
             .tables
             .read()
             .iter()
+            .filter(|(_, t)| t.index_of.is_none())
             .map(|(name, t)| TableListing {
                 name: name.clone(),
                 is_series: false,

@@ -194,7 +194,7 @@ impl Database {
                 }
             });
         }
-        Ok(Database {
+        let db = Database {
             inner: Arc::new(DbInner {
                 shared,
                 commit_tx: Some(tx),
@@ -207,7 +207,9 @@ impl Database {
                 next_txn: std::sync::atomic::AtomicU64::new(1),
                 wal_cursor: tokio::sync::Mutex::new(None),
             }),
-        })
+        };
+        db.resume_backfills();
+        Ok(db)
     }
 }
 

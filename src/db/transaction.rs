@@ -158,7 +158,9 @@ impl Transaction {
     pub async fn write(&self, w: RowWrite) -> Result<WriteResult> {
         let mut st = self.state.lock().await;
         self.touch(&st)?;
+        crate::write::index::refuse_index_write(&self.table)?;
         let (key, placeholder) = validate::precheck(&self.table.schema, &w)?;
+        validate::check_defined_types(&self.table.schema.name, &self.table.declared.read(), &w)?;
         if placeholder.is_some() {
             return Err(Error::param(
                 "an auto-increment placeholder is not accepted in a local transaction: its value is assigned at the \
@@ -172,7 +174,8 @@ impl Transaction {
         // The partition is locked: the row as the transaction sees it is
         // the row at the commit, origin columns included.
         let origin = self.table.origin_columns();
-        let state = if reads || origin.is_some() {
+        let indexed = crate::write::index::check_values(&self.table, &w)?;
+        let state = if reads || origin.is_some() || indexed {
             let state = snap.get_state(&key, None).await?;
             condition::check(&self.table.schema, &snap.options, now, &w, state.as_ref())?;
             state
@@ -198,6 +201,7 @@ impl Transaction {
         st.mem.insert(v.key.clone(), seq, v.mutation.clone());
         let mut pending = PendingWrite::plain(self.table.clone(), v.key, v.mutation);
         pending.origin = origin;
+        pending.before = indexed.then_some(state);
         st.pending.push(pending);
         Ok(WriteResult { consumed, row })
     }

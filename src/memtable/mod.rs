@@ -507,6 +507,18 @@ impl Memtable {
         }
     }
 
+    /// Whether `key` has a write here with a sequence above `after`.
+    pub fn written_after(&self, key: &[u8], after: u64) -> bool {
+        if self.max_seq() <= after {
+            return false;
+        }
+        let map = self.map.read();
+        map.keys.get(key).is_some_and(|ops| match ops {
+            Ops::Put(seq, _) => *seq > after,
+            Ops::Many(ops) => ops.last().is_some_and(|(s, _)| *s > after),
+        })
+    }
+
     /// True when the newest write of `key` at or before `snapshot` here is
     /// a PutRow or DeleteRow, which hides every older source.
     pub fn hides_older(&self, key: &[u8], snapshot: u64) -> bool {

@@ -166,6 +166,25 @@ fn decode_value_ref(bytes: &[u8], ty: PkType) -> Result<(PkRef<'_>, &[u8])> {
     }
 }
 
+/// How many bytes the encoding of one `ty` value at the start of `bytes`
+/// takes (`None`: truncated or malformed).
+pub(crate) fn encoded_len(bytes: &[u8], ty: PkType) -> Option<usize> {
+    match ty {
+        PkType::Integer => (bytes.len() >= 8).then_some(8),
+        PkType::String | PkType::Binary => {
+            let mut i = 0;
+            loop {
+                let z = i + bytes[i..].iter().position(|&b| b == 0)?;
+                match bytes.get(z + 1)? {
+                    0x01 => return Some(z + 2),
+                    0xFF => i = z + 2,
+                    _ => return None,
+                }
+            }
+        }
+    }
+}
+
 /// The smallest byte string greater than every string that starts with
 /// `prefix`, or `None` when no such string exists (all `0xFF` or empty).
 pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {

@@ -1,6 +1,6 @@
 //! The data model, with no storage in it: values and primary keys
 //! ([`types`]), their memcomparable encoding ([`key`]), table schemas and
-//! limits ([`schema`]), the requests of the row API ([`api`]), a row's
+//! limits ([`schema`]), secondary index definitions ([`index`]), the requests of the row API ([`api`]), a row's
 //! mutations and its resolved state with the visibility rules ([`row`]),
 //! and the binary codec the WAL and segments share ([`codec`]).
 //!
@@ -12,6 +12,7 @@ pub(crate) mod api;
 pub(crate) mod capacity;
 pub(crate) mod codec;
 pub(crate) mod filter;
+pub(crate) mod index;
 pub(crate) mod key;
 pub(crate) mod row;
 pub(crate) mod schema;

@@ -152,9 +152,14 @@ impl OptionsUpdate {
     }
 }
 
-/// A declared attribute column: a SQL mapping only. Attribute columns stay
-/// schema-free (any row may write any column with any type); a declared
-/// column fixes the type SQL shows it with.
+/// Most predefined (declared) attribute columns a table may have.
+pub const MAX_DEFINED_COLUMNS: usize = 32;
+
+/// A predefined attribute column (Tablestore's `defined_column`): a write
+/// of another type to it is refused, SQL shows it with its type, and
+/// secondary indexes may use it. Other attribute columns stay schema-free
+/// (any row may write any of them with any type). Declaring a column does
+/// not check values written before: reads convert them as SQL always has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ColumnDef {
     /// The column's name.
@@ -171,7 +176,7 @@ pub struct TableSchema {
     pub name: String,
     /// The key columns, 1-4, the first the partition key.
     pub primary_key: Vec<PkColumn>,
-    /// Declared attribute columns (for SQL); optional.
+    /// Predefined attribute columns, at most [`MAX_DEFINED_COLUMNS`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub columns: Vec<ColumnDef>,
 }
@@ -186,7 +191,7 @@ impl TableSchema {
         }
     }
 
-    /// Declares an attribute column (a SQL type mapping; see [`ColumnDef`]).
+    /// Declares a predefined attribute column (see [`ColumnDef`]).
     pub fn column(mut self, name: impl Into<String>, value_type: ValueType) -> Self {
         self.columns.push(ColumnDef {
             name: name.into(),
@@ -209,6 +214,12 @@ impl TableSchema {
                 ErrorKind::ObjectAlreadyExist,
                 format!("column '{}' is already declared in table '{}'", c.name, self.name),
             ));
+        }
+        if self.columns.len() >= MAX_DEFINED_COLUMNS {
+            return Err(Error::param(format!(
+                "table '{}' already has {MAX_DEFINED_COLUMNS} predefined columns, the most accepted; cannot add '{}'",
+                self.name, c.name
+            )));
         }
         Ok(())
     }

@@ -22,12 +22,12 @@ use crate::model::schema::{ColumnDef, OptionsUpdate, TableOptions, TableSchema};
 use crate::model::types::{PkType, ValueType};
 use crate::remote::RemoteLocation;
 
-fn plan_err(msg: impl Into<String>) -> DataFusionError {
+pub(super) fn plan_err(msg: impl Into<String>) -> DataFusionError {
     DataFusionError::Plan(msg.into())
 }
 
 /// A table name: one identifier (optionally `cellar.public.` qualified).
-fn table_name(n: &ObjectName) -> DfResult<String> {
+pub(super) fn table_name(n: &ObjectName) -> DfResult<String> {
     let parts: Vec<String> =
         n.0.iter()
             .map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_else(|| p.to_string()))
@@ -402,6 +402,19 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                             Err(e) => return Err(df_err(e)),
                         }
                     }
+                    AlterTableOperation::DropColumn {
+                        column_names,
+                        if_exists,
+                        ..
+                    } => {
+                        for c in column_names {
+                            match db.drop_column(&name, &c.value).await {
+                                Ok(()) => {}
+                                Err(e) if e.kind() == ErrorKind::ObjectNotExist && *if_exists => {}
+                                Err(e) => return Err(df_err(e)),
+                            }
+                        }
+                    }
                     AlterTableOperation::SetOptionsParens { options }
                     | AlterTableOperation::SetTblProperties {
                         table_properties: options,
@@ -412,12 +425,26 @@ pub(super) async fn try_execute(sess: &SqlSession, stmt: &Statement) -> DfResult
                     }
                     other => {
                         return Err(plan_err(format!(
-                            "ALTER TABLE ... {other} is not supported; accepted: ALTER TABLE t SET (ttl = ..., max_versions = ..., max_version_offset = ..., allow_update = ...) and ALTER TABLE t ADD COLUMN c TYPE"
+                            "ALTER TABLE ... {other} is not supported; accepted: ALTER TABLE t SET (ttl = ..., max_versions = ..., max_version_offset = ..., allow_update = ...), ALTER TABLE t ADD COLUMN c TYPE and ALTER TABLE t DROP COLUMN c"
                         )));
                     }
                 }
             }
             Ok(done("ALTER TABLE"))
+        }
+        Statement::CreateIndex(ci) => {
+            super::index_ddl::create(db, ci).await?;
+            Ok(done("CREATE INDEX"))
+        }
+        Statement::Drop {
+            object_type: ObjectType::Index,
+            names,
+            if_exists,
+            table,
+            ..
+        } => {
+            super::index_ddl::drop(db, names, table.as_ref(), *if_exists).await?;
+            Ok(done("DROP INDEX"))
         }
         Statement::Drop {
             object_type: ObjectType::Table,

@@ -76,6 +76,7 @@ mod dml;
 mod errors;
 mod export;
 mod import;
+mod index_ddl;
 mod insert;
 mod messages;
 mod ordered_scan;

@@ -24,6 +24,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::error::{Error, ErrorKind};
 use crate::manifest::{ManifestLog, TableManifest};
 use crate::memtable::Memtable;
+use crate::model::index::IndexDef;
 use crate::model::key::KeyRange;
 use crate::model::schema::{ColumnDef, TableOptions, TableSchema};
 use crate::remote::RemoteLocation;
@@ -286,6 +287,19 @@ pub(crate) struct TableInner {
     pub layout: tokio::sync::Mutex<()>,
     /// A background split or merge is queued or running.
     pub repartition_queued: AtomicBool,
+    /// The table's secondary indexes, each a table of its own (local ones
+    /// are written by the committer with the row, see `write/index.rs`).
+    pub indexes: RwLock<Arc<Vec<IndexTarget>>>,
+    /// For an index table: what it indexes (its writes come only from its
+    /// table's).
+    pub index_of: Option<Arc<IndexDef>>,
+}
+
+/// One secondary index of a table: its definition and its table.
+#[derive(Clone)]
+pub(crate) struct IndexTarget {
+    pub def: Arc<IndexDef>,
+    pub table: Arc<TableInner>,
 }
 
 /// A table's place in an object store.
@@ -420,7 +434,27 @@ impl TableInner {
             stream: RwLock::new(None),
             layout: tokio::sync::Mutex::new(()),
             repartition_queued: AtomicBool::new(false),
+            indexes: RwLock::new(Arc::default()),
+            index_of: None,
         }
+    }
+
+    /// Whether the table has a local index (a cheap test for the committer).
+    pub fn has_local_indexes(&self) -> bool {
+        let all = self.indexes.read();
+        !all.is_empty() && all.iter().any(|i| i.def.kind == crate::model::index::IndexKind::Local)
+    }
+
+    /// The table's local indexes, when it has any: each write must then
+    /// know its row before it (see `PendingWrite::before`).
+    pub fn local_indexes(&self) -> Option<Vec<IndexTarget>> {
+        let all = self.indexes.read();
+        let local: Vec<IndexTarget> = all
+            .iter()
+            .filter(|i| i.def.kind == crate::model::index::IndexKind::Local)
+            .cloned()
+            .collect();
+        (!local.is_empty()).then_some(local)
     }
 
     /// The columns whose values before each write the table's stream
@@ -459,6 +493,18 @@ impl TableInner {
     /// link of its partition's active memtable at that moment (taken
     /// under one lock, so every write after the snapshot's sequence is in
     /// that memtable or one the link leads to).
+    /// Every partition's snapshot at one sequence, each with the link of
+    /// its active memtable (see [`TableInner::checked_snapshot`]).
+    pub fn checked_snapshots(&self, visible_seq: &AtomicU64) -> Vec<(Snapshot, Arc<MemChain>)> {
+        let st = self.state.read();
+        let seq = visible_seq.load(Ordering::Acquire);
+        let opts = *self.options.read();
+        st.parts
+            .iter()
+            .map(|p| (part_snapshot(p, seq, opts), p.chain.clone()))
+            .collect()
+    }
+
     pub fn checked_snapshot(&self, key: &[u8], visible_seq: &AtomicU64) -> (Snapshot, Arc<MemChain>) {
         let st = self.state.read();
         let seq = visible_seq.load(Ordering::Acquire);

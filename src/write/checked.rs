@@ -41,6 +41,11 @@ pub(crate) struct PendingWrite {
     /// values before this write (the write's place decides them, see
     /// [`decide`]).
     pub origin: Option<Vec<(String, i64, crate::model::types::Value)>>,
+    /// For a table with local indexes: the row before this write, at its
+    /// place in the order (`Some(None)`: no row); the committer derives
+    /// the index writes from it (`write::index`). `None`: not read (the
+    /// table had no local index when the write was prepared).
+    pub before: Option<Option<RowState>>,
 }
 
 impl PendingWrite {
@@ -53,6 +58,7 @@ impl PendingWrite {
             auto_increment: None,
             check: None,
             origin: None,
+            before: None,
         }
     }
 }
@@ -181,6 +187,9 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
         let state = found.then_some(st);
         if let Some(cols) = &origin {
             group[i].origin = Some(origin_of(state.as_ref(), cols));
+        }
+        if group[i].before.is_some() {
+            group[i].before = Some(state.clone());
         }
         let table = &group[i].table;
         let return_type = write.return_type();

@@ -45,13 +45,14 @@ use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use super::checked::PendingWrite;
 use super::checked::{self, Decided};
+use super::index;
 use super::locks::PartitionLocks;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::TableInner;
 use crate::wal::{self, WalWriter};
 
 /// The committer's answer to one `Write` message.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct CommitAck {
     /// The sequence number of the message's first committed write; the
     /// others follow, one each, in order.
@@ -101,6 +102,18 @@ pub(crate) enum CommitMsg {
         table: Arc<TableInner>,
         partition: Vec<u8>,
         txn: u64,
+    },
+    /// Index rows derived from a snapshot of `base` at sequence `at` (an
+    /// index's backfill, or a global index catching up): each row's writes
+    /// are committed unless its base row was written after `at` (that
+    /// write, or a later sync, decides the row's index entry).
+    IndexSync {
+        base: Arc<TableInner>,
+        at: u64,
+        /// The links of the memtables active at `at`, one per partition.
+        chains: Vec<Arc<crate::state::MemChain>>,
+        rows: Vec<index::SyncRow>,
+        done: oneshot::Sender<Result<CommitAck>>,
     },
     /// Freeze the table's active memtable (for an explicit flush).
     Freeze {
@@ -373,11 +386,21 @@ impl CommitState {
                     if let Some(w) = read_only {
                         let _ = done.send(Err(w.table.read_only_error()));
                     } else {
-                        if !locks.is_empty() {
-                            for (i, w) in writes.iter().enumerate() {
-                                if let Some(e) = locks.check(&w.table, &w.key, now) {
-                                    refused.push((group.len() + i, e));
-                                }
+                        for (i, w) in writes.iter().enumerate() {
+                            let locked = if locks.is_empty() {
+                                None
+                            } else {
+                                locks.check(&w.table, &w.key, now)
+                            };
+                            // A write prepared before its table had a local
+                            // index did not read its row: it cannot keep
+                            // the index, so it is refused (the writer retries).
+                            let unread = || {
+                                (w.before.is_none() && w.table.has_local_indexes())
+                                    .then(|| index::unread_error(&w.table))
+                            };
+                            if let Some(e) = locked.or_else(unread) {
+                                refused.push((group.len() + i, e));
                             }
                         }
                         bytes += payload_bytes(&writes);
@@ -408,6 +431,9 @@ impl CommitState {
                     Ok(()) if table.read_only.load(Ordering::Acquire) => {
                         let _ = done.send(Err(table.read_only_error()));
                     }
+                    Ok(()) if writes.iter().any(|w| w.before.is_none()) && table.has_local_indexes() => {
+                        let _ = done.send(Err(index::unread_error(&table)));
+                    }
                     Ok(()) => {
                         bytes += payload_bytes(&writes);
                         let n = writes.len();
@@ -420,6 +446,23 @@ impl CommitState {
                 },
                 CommitMsg::Unlock { table, partition, txn } => {
                     let _ = locks.release(&table, &partition, txn, now);
+                }
+                CommitMsg::IndexSync {
+                    base,
+                    at,
+                    chains,
+                    rows,
+                    done,
+                } => {
+                    let writes = index::sync_writes(&base, at, &chains, rows, group);
+                    if writes.is_empty() {
+                        let _ = done.send(Ok(CommitAck::default()));
+                    } else {
+                        bytes += payload_bytes(&writes);
+                        let n = writes.len();
+                        group.extend(writes);
+                        acks.push((done, n));
+                    }
                 }
                 other => others.push(other),
             }
@@ -447,6 +490,10 @@ impl CommitState {
             for w in group.iter() {
                 if !touched.iter().any(|t| Arc::ptr_eq(t, &w.table)) {
                     touched.push(w.table.clone());
+                    if w.before.is_some() {
+                        // Its local indexes take writes too.
+                        touched.extend(w.table.indexes.read().iter().map(|i| i.table.clone()));
+                    }
                 }
             }
             let result = match &failed {
@@ -524,6 +571,7 @@ impl CommitState {
                 }
                 CommitMsg::FlushDone => gc_wal(host, wal),
                 CommitMsg::Write { .. }
+                | CommitMsg::IndexSync { .. }
                 | CommitMsg::Lock { .. }
                 | CommitMsg::Commit { .. }
                 | CommitMsg::Unlock { .. } => {}
@@ -559,9 +607,25 @@ fn commit_group(
             let seq = first + i as u64;
             w.key[at..at + 8].copy_from_slice(&crate::model::key::encode_integer(seq as i64));
         }
+    }
+    // Local index writes go with their row: same record, same sequence.
+    let indexed = if group.iter().any(|w| w.before.is_some()) {
+        index::index_writes(group, first)
+    } else {
+        Vec::new()
+    };
+    let mut next_index = 0;
+    for (i, w) in group.iter().enumerate() {
         wal::encode_entry(payload, first + i as u64, w.table.id, &w.key, &w.mutation);
         if origins {
             wal::encode_origin(payload, w.origin.as_deref().unwrap_or_default());
+        }
+        while let Some(x) = indexed.get(next_index).filter(|x| x.at == i) {
+            wal::encode_entry(payload, first + i as u64, x.table.id, &x.key, &x.mutation);
+            if origins {
+                wal::encode_origin(payload, &[]);
+            }
+            next_index += 1;
         }
     }
     let last = first + group.len() as u64 - 1;
@@ -584,6 +648,10 @@ fn commit_group(
             }
         };
         active.insert(w.key, first + i as u64, w.mutation);
+    }
+    for x in indexed {
+        let m = x.table.state.read().part(&x.key).active.clone();
+        m.insert(x.key, first + x.at as u64, x.mutation);
     }
     host.visible_seq().store(last, Ordering::Release);
     Ok(first)

@@ -11,5 +11,6 @@
 pub(crate) mod checked;
 pub(crate) mod committer;
 pub(crate) mod condition;
+pub(crate) mod index;
 pub(crate) mod locks;
 pub(crate) mod validate;

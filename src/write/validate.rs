@@ -9,9 +9,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::api::{RowWrite, UpdateAction};
 use crate::model::row::{Action, Mutation, ReadOptions, RowState, visible_cells};
 use crate::model::schema::{
-    MAX_COLUMNS_PER_WRITE, MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, TableOptions, TableSchema, validate_name,
+    ColumnDef, MAX_COLUMNS_PER_WRITE, MAX_ROW_WRITE_BYTES, MAX_VALUE_BYTES, TableOptions, TableSchema, validate_name,
 };
-use crate::model::types::Value;
+use crate::model::types::{Value, ValueType};
 
 /// A write checked and turned into what the committer logs.
 pub(crate) struct Validated {
@@ -254,4 +254,33 @@ fn check_version(schema: &TableSchema, opts: &TableOptions, now_ms: i64, column:
         )));
     }
     Ok(())
+}
+
+/// Refuses a write that gives a predefined column a value of another type
+/// (an increment counts as INTEGER). `defined`: the table's predefined
+/// columns.
+pub(crate) fn check_defined_types(table: &str, defined: &[ColumnDef], w: &RowWrite) -> Result<()> {
+    if defined.is_empty() {
+        return Ok(());
+    }
+    let check = |name: &str, got: ValueType| -> Result<()> {
+        match defined.iter().find(|d| d.name == name) {
+            Some(d) if d.value_type != got => Err(Error::param(format!(
+                "column '{name}' of table '{table}' is predefined as {}; this {} writes {} to it",
+                d.value_type.as_str().to_uppercase(),
+                w.op_name(),
+                got.as_str().to_uppercase()
+            ))),
+            _ => Ok(()),
+        }
+    };
+    match w {
+        RowWrite::Put(p) => p.columns.iter().try_for_each(|c| check(&c.name, c.value.value_type())),
+        RowWrite::Update(u) => u.actions.iter().try_for_each(|a| match a {
+            UpdateAction::Put { name, value, .. } => check(name, value.value_type()),
+            UpdateAction::Increment { name, .. } => check(name, ValueType::Integer),
+            _ => Ok(()),
+        }),
+        RowWrite::Delete(_) => Ok(()),
+    }
 }

@@ -1,0 +1,436 @@
+//! Secondary indexes: CreateIndex, DropIndex, ListIndex and DescribeIndex,
+//! linking index tables to their tables at an open, and the backfill of
+//! existing rows.
+//!
+//! An index is a table of its own in the catalog (its entry carries the
+//! definition and its phase), read by its name like any table and refusing
+//! writes. A local index is kept by the committer with every write of its
+//! table (`write/index.rs`). The backfill (`include_base_data`) scans a
+//! snapshot of the table and sends each row's index row to the committer
+//! (`CommitMsg::IndexSync`), which drops the rows written since the
+//! snapshot: their own writes keep their index entries. Until it is done
+//! the index is in phase FULL; a crash then resumes it at the next open.
+//!
+//! Invariants: an index is linked to its table (so every write reads its
+//! row) before the backfill takes its snapshot; index names share one
+//! namespace with tables and series; a table with indexes keeps one
+//! version, and no TTL unless UpdateRow is refused.
+
+use std::sync::{Arc, Weak};
+
+use serde::{Deserialize, Serialize};
+
+use super::Database;
+use super::catalog::{CatalogEntry, CatalogFile};
+use super::inner::DbInner;
+use crate::error::{Error, ErrorKind, Result};
+use crate::manifest::TableManifest;
+use crate::model::index::{IndexDef, IndexSpec, check_index_options};
+use crate::model::schema::TableOptions;
+use crate::state::{IndexTarget, TableInner};
+use crate::write::committer::CommitMsg;
+use crate::write::index::SyncRow;
+
+/// Where an index is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum IndexPhase {
+    /// Indexing the rows the table held when it was created (writes since
+    /// are indexed as they come).
+    Full,
+    /// Every row is indexed; writes keep it so.
+    Incr,
+}
+
+impl IndexPhase {
+    /// `FULL` or `INCR`, as Tablestore's DescribeTable shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IndexPhase::Full => "FULL",
+            IndexPhase::Incr => "INCR",
+        }
+    }
+}
+
+/// The catalog's record of an index table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct IndexRecord {
+    pub(super) def: IndexDef,
+    pub(super) phase: IndexPhase,
+}
+
+/// An index as ListIndex / DescribeIndex report it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexInfo {
+    /// The definition: name, table, kind, columns, included columns.
+    pub def: IndexDef,
+    /// The index's primary key, in order.
+    pub primary_key: Vec<String>,
+    /// FULL while existing rows are being indexed, then INCR.
+    pub phase: IndexPhase,
+}
+
+/// Rows per backfill message to the committer.
+const SYNC_ROWS: usize = 512;
+
+impl Database {
+    /// Creates a secondary index on `table` (Tablestore's CreateIndex):
+    /// checks every rule, links the index to its table, then indexes the
+    /// rows the table holds when `spec.include_base_data` (writes go on
+    /// meanwhile; phase FULL until it is done, then INCR).
+    pub async fn create_index(&self, table: &str, spec: IndexSpec) -> Result<()> {
+        self.inner.writable("CREATE INDEX")?;
+        let index = {
+            let mut cat = self.inner.catalog.lock().await;
+            let base = self.table_inner(table)?;
+            if let Some(def) = &base.index_of {
+                return Err(Error::param(format!(
+                    "'{table}' is an index of table '{}'; an index cannot be indexed",
+                    def.table
+                )));
+            }
+            if base.series.is_some() || base.is_archived() {
+                return Err(Error::param(format!(
+                    "table '{table}' is {}; indexes are kept only on local tables outside series",
+                    if base.is_archived() {
+                        "archived"
+                    } else {
+                        "a month of a series"
+                    }
+                )));
+            }
+            if self.inner.shared.tables.read().contains_key(&spec.name)
+                || self.inner.series.read().contains_key(&spec.name)
+            {
+                return Err(Error::new(
+                    ErrorKind::ObjectAlreadyExist,
+                    format!(
+                        "the name '{}' is taken by a table, series or index; index names share the tables' namespace",
+                        spec.name
+                    ),
+                ));
+            }
+            let existing: Vec<IndexDef> = base.indexes.read().iter().map(|i| (*i.def).clone()).collect();
+            let base_schema = base.full_schema();
+            let def = IndexDef::new(&spec, &base_schema, &base.options.read(), &existing)?;
+            let schema = def.schema(&base_schema)?;
+            let options = index_options(&base.options.read());
+            let phase = if spec.include_base_data {
+                IndexPhase::Full
+            } else {
+                IndexPhase::Incr
+            };
+            let mut next = cat.1.clone();
+            let id = next.next_table_id.max(1);
+            next.next_table_id = id + 1;
+            next.tables.push(CatalogEntry {
+                id,
+                schema: schema.clone(),
+                options,
+                archive: None,
+                series: None,
+                stream: None,
+                index: Some(IndexRecord {
+                    def: def.clone(),
+                    phase,
+                }),
+            });
+            self.commit_catalog(&mut cat, next).await?;
+            let mut manifest = TableManifest::default();
+            let storage = &self.inner.shared.storage;
+            let parts = crate::state::parts_of(&mut manifest, |m| Ok(storage.open_segment(m.clone())))?;
+            let mut t = TableInner::new(id, schema, options, 0, manifest, parts);
+            let def = Arc::new(def);
+            t.index_of = Some(def.clone());
+            let t = Arc::new(t);
+            self.inner.shared.tables.write().insert(spec.name.clone(), t.clone());
+            link(&base, IndexTarget { def, table: t });
+            (phase == IndexPhase::Full).then_some(base)
+        };
+        if let Some(base) = index {
+            backfill(&self.inner, &base, &spec.name).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops index `index` of `table` (Tablestore's DropIndex) and deletes
+    /// its files; the table's writes stop keeping it at once.
+    pub async fn drop_index(&self, table: &str, index: &str) -> Result<()> {
+        self.inner.writable("DROP INDEX")?;
+        let t = self.index_table(index)?;
+        let def = t.index_of.clone().expect("an index table");
+        if def.table != table {
+            return Err(Error::new(
+                ErrorKind::ObjectNotExist,
+                format!("'{index}' is an index of table '{}', not of '{table}'", def.table),
+            ));
+        }
+        if let Ok(base) = self.table_inner(table) {
+            unlink(&base, t.id);
+        }
+        self.drop_local_table(index).await
+    }
+
+    /// The indexes of `table` (ListIndex), by name.
+    pub fn list_indexes(&self, table: &str) -> Result<Vec<IndexInfo>> {
+        let base = self.table_inner(table)?;
+        let phases = self.index_phases();
+        let mut out: Vec<IndexInfo> = base
+            .indexes
+            .read()
+            .iter()
+            .map(|i| IndexInfo {
+                def: (*i.def).clone(),
+                primary_key: i.table.schema.primary_key.iter().map(|c| c.name.clone()).collect(),
+                phase: phases
+                    .iter()
+                    .find(|(id, _)| *id == i.table.id)
+                    .map_or(IndexPhase::Incr, |(_, p)| *p),
+            })
+            .collect();
+        out.sort_by(|a, b| a.def.name.cmp(&b.def.name));
+        Ok(out)
+    }
+
+    /// One index by name (DescribeIndex).
+    pub fn describe_index(&self, index: &str) -> Result<IndexInfo> {
+        let t = self.index_table(index)?;
+        let def = t.index_of.as_ref().expect("an index table");
+        self.list_indexes(&def.table)?
+            .into_iter()
+            .find(|i| i.def.name == index)
+            .ok_or_else(|| not_an_index(index))
+    }
+
+    /// The table an index belongs to, when `name` is an index.
+    pub fn index_base(&self, name: &str) -> Option<String> {
+        let t = self.inner.shared.tables.read().get(name).cloned()?;
+        t.index_of.as_ref().map(|d| d.table.clone())
+    }
+
+    fn index_table(&self, name: &str) -> Result<Arc<TableInner>> {
+        let t = self.table_inner(name).map_err(|_| not_an_index(name))?;
+        if t.index_of.is_none() {
+            return Err(Error::param(format!("'{name}' is a table, not an index")));
+        }
+        Ok(t)
+    }
+
+    fn index_phases(&self) -> Vec<(u64, IndexPhase)> {
+        match self.inner.catalog.try_lock() {
+            Ok(cat) => phases_of(&cat.1),
+            // DDL is running: the phase it may be changing shows as FULL
+            // until it is done.
+            Err(_) => self
+                .inner
+                .shared
+                .tables
+                .read()
+                .values()
+                .filter(|t| t.index_of.is_some())
+                .map(|t| (t.id, IndexPhase::Full))
+                .collect(),
+        }
+    }
+
+    /// Drops the indexes of `table` (before the table itself goes).
+    pub(super) async fn drop_indexes_of(&self, table: &str) -> Result<()> {
+        let names: Vec<String> = match self.table_inner(table) {
+            Ok(t) => t.indexes.read().iter().map(|i| i.def.name.clone()).collect(),
+            Err(_) => return Ok(()),
+        };
+        for n in names {
+            self.drop_index(table, &n).await?;
+        }
+        Ok(())
+    }
+
+    /// Resumes the backfill of every index left in phase FULL (an open
+    /// after a crash during CREATE INDEX), in the background.
+    pub(super) fn resume_backfills(&self) {
+        let Ok(cat) = self.inner.catalog.try_lock() else { return };
+        let pending: Vec<(String, String)> = cat
+            .1
+            .tables
+            .iter()
+            .filter_map(|e| e.index.as_ref())
+            .filter(|r| r.phase == IndexPhase::Full)
+            .map(|r| (r.def.table.clone(), r.def.name.clone()))
+            .collect();
+        drop(cat);
+        for (table, name) in pending {
+            let weak: Weak<DbInner> = Arc::downgrade(&self.inner);
+            tokio::spawn(async move {
+                let Some(inner) = weak.upgrade() else { return };
+                let Ok(base) = inner.table_inner(&table) else { return };
+                if let Err(e) = backfill(&inner, &base, &name).await {
+                    eprintln!("cellar: indexing the rows of table '{table}' into index '{name}' failed: {e}");
+                }
+            });
+        }
+    }
+}
+
+fn not_an_index(name: &str) -> Error {
+    Error::new(ErrorKind::ObjectNotExist, format!("index '{name}' does not exist"))
+}
+
+fn phases_of(cat: &CatalogFile) -> Vec<(u64, IndexPhase)> {
+    cat.tables
+        .iter()
+        .filter_map(|e| e.index.as_ref().map(|r| (e.id, r.phase)))
+        .collect()
+}
+
+/// An index table's options: one version, its table's TTL and write
+/// window.
+pub(super) fn index_options(base: &TableOptions) -> TableOptions {
+    TableOptions {
+        ttl_secs: base.ttl_secs,
+        max_versions: 1,
+        max_version_offset_secs: base.max_version_offset_secs,
+        allow_update: true,
+        partition_split_bytes: base.partition_split_bytes,
+    }
+}
+
+/// Checks a change of `base`'s options against its indexes' rules, and
+/// gives each index table its share of it (the TTL).
+pub(super) fn options_changed(base: &TableInner, new: &TableOptions) -> Result<()> {
+    let indexes = base.indexes.read().clone();
+    if indexes.is_empty() {
+        return Ok(());
+    }
+    check_index_options(&base.schema.name, new)?;
+    for i in indexes.iter() {
+        *i.table.options.write() = index_options(new);
+    }
+    Ok(())
+}
+
+/// Refuses to drop a predefined column an index uses.
+pub(super) fn check_column_unused(cat: &CatalogFile, table: &str, column: &str) -> Result<()> {
+    let users: Vec<&str> = cat
+        .tables
+        .iter()
+        .filter_map(|e| e.index.as_ref())
+        .filter(|r| r.def.table == table && r.def.uses_column(column))
+        .map(|r| r.def.name.as_str())
+        .collect();
+    if !users.is_empty() {
+        return Err(Error::param(format!(
+            "column '{column}' of table '{table}' is used by index {}; drop the index first",
+            users.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Links the index tables of a freshly loaded catalog to their tables.
+pub(super) fn link_loaded(cat: &CatalogFile, tables: &std::collections::BTreeMap<String, Arc<TableInner>>) {
+    for e in &cat.tables {
+        let Some(r) = &e.index else { continue };
+        let (Some(base), Some(t)) = (tables.get(&r.def.table), tables.get(&e.schema.name)) else {
+            continue;
+        };
+        if let Some(def) = &t.index_of {
+            link(
+                base,
+                IndexTarget {
+                    def: def.clone(),
+                    table: t.clone(),
+                },
+            );
+        }
+    }
+}
+
+/// The definition an index table is loaded with (its columns bound to
+/// its table's schema).
+pub(super) fn loaded_def(e: &CatalogEntry, cat: &CatalogFile) -> Option<Arc<IndexDef>> {
+    let r = e.index.as_ref()?;
+    let base = cat.tables.iter().find(|b| b.schema.name == r.def.table)?;
+    let mut def = r.def.clone();
+    def.bind(&base.schema).ok()?;
+    Some(Arc::new(def))
+}
+
+fn link(base: &TableInner, target: IndexTarget) {
+    let mut all = base.indexes.write();
+    let mut next: Vec<IndexTarget> = all.iter().cloned().collect();
+    next.push(target);
+    *all = Arc::new(next);
+}
+
+fn unlink(base: &TableInner, index_id: u64) {
+    let mut all = base.indexes.write();
+    let next: Vec<IndexTarget> = all.iter().filter(|i| i.table.id != index_id).cloned().collect();
+    *all = Arc::new(next);
+}
+
+/// Indexes every row `base` holds now into index `name`, then marks the
+/// index INCR in the catalog. Rows written meanwhile keep their own index
+/// entries (the committer drops a synced row written after the snapshot).
+async fn backfill(inner: &Arc<DbInner>, base: &Arc<TableInner>, name: &str) -> Result<()> {
+    let Some(target) = base.indexes.read().iter().find(|i| i.def.name == name).cloned() else {
+        return Ok(());
+    };
+    let snaps = base.checked_snapshots(&inner.shared.visible_seq);
+    let chains: Vec<_> = snaps.iter().map(|(_, c)| c.clone()).collect();
+    let at = snaps.first().map_or(0, |(s, _)| s.seq);
+    let mut rows = Vec::new();
+    for (snap, _) in &snaps {
+        let mut scan = crate::read::MergeScan::new(snap, snap.range.clone(), false, None);
+        while let Some((key, state)) = scan.next().await? {
+            if let Some((k, m)) = target.def.row_of(&key, Some(&state)) {
+                rows.push(SyncRow {
+                    base_key: key,
+                    writes: vec![(target.table.clone(), k, m)],
+                });
+            }
+            if rows.len() >= SYNC_ROWS {
+                sync(inner, base, at, &chains, std::mem::take(&mut rows)).await?;
+            }
+        }
+    }
+    if !rows.is_empty() {
+        sync(inner, base, at, &chains, rows).await?;
+    }
+    if target.table.dropped.load(std::sync::atomic::Ordering::Acquire) {
+        return Ok(());
+    }
+    let db = Database { inner: inner.clone() };
+    let mut cat = inner.catalog.lock().await;
+    let mut next = cat.1.clone();
+    for e in &mut next.tables {
+        if e.id == target.table.id
+            && let Some(r) = &mut e.index
+        {
+            r.phase = IndexPhase::Incr;
+        }
+    }
+    db.commit_catalog(&mut cat, next).await
+}
+
+async fn sync(
+    inner: &DbInner,
+    base: &Arc<TableInner>,
+    at: u64,
+    chains: &[Arc<crate::state::MemChain>],
+    rows: Vec<SyncRow>,
+) -> Result<()> {
+    let (done, rx) = tokio::sync::oneshot::channel();
+    let msg = CommitMsg::IndexSync {
+        base: base.clone(),
+        at,
+        chains: chains.to_vec(),
+        rows,
+        done,
+    };
+    inner
+        .sender("an index backfill")?
+        .send(msg)
+        .await
+        .map_err(|_| Error::closed())?;
+    rx.await.map_err(|_| Error::closed())?.map(|_| ())
+}

@@ -1,0 +1,427 @@
+//! Secondary index definitions, their rules, and the index row a base row
+//! gives.
+//!
+//! An index is a table of its own whose primary key is the index columns
+//! followed by every base key column not among them, in base order; its
+//! attributes are the included (predefined) columns. [`IndexDef::row_of`]
+//! is the one definition of which index row a base row has, used by the
+//! committer (local indexes), the global index worker, the backfill and
+//! `cellar check` alike.
+//!
+//! Invariants: a definition that passes [`IndexDef::new`] satisfies every
+//! rule of Tablestore's CreateIndex (1-4 index columns that are key or
+//! predefined columns of a key type, 0-32 included predefined columns, at
+//! most 8 key columns, a local index starts with the partition key); and
+//! `row_of` depends only on the row's newest values, so any two paths that
+//! see the same row derive the same index row.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::key;
+use crate::model::row::{Mutation, ReadOptions, RowState, visible_cells};
+use crate::model::schema::{MAX_PK_VALUE_BYTES, PkColumn, TableOptions, TableSchema, validate_name};
+use crate::model::types::{PkType, PkValue, Value, ValueType};
+
+/// Most indexes on one table.
+pub const MAX_INDEXES_PER_TABLE: usize = 5;
+/// Most index columns (the columns an index is keyed by, before the base
+/// key columns it adds).
+pub const MAX_INDEX_COLUMNS: usize = 4;
+/// Most included (attribute) columns of an index.
+pub const MAX_INCLUDED_COLUMNS: usize = 32;
+/// Most primary-key columns of an index, the base key columns included.
+pub const MAX_INDEX_KEY_COLUMNS: usize = 8;
+
+/// How an index is kept up to date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexKind {
+    /// Updated in the same WAL record as its row: readers never see one
+    /// without the other. Its first column is the base partition key.
+    Local,
+    /// Follows the table's change stream, a little behind; any first
+    /// column.
+    Global,
+}
+
+impl IndexKind {
+    /// `local` or `global`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IndexKind::Local => "local",
+            IndexKind::Global => "global",
+        }
+    }
+}
+
+/// A CreateIndex request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    /// The index's name (unique among the database's tables and indexes).
+    pub name: String,
+    /// The index columns, 1-4: key or predefined columns of the table.
+    pub columns: Vec<String>,
+    /// Predefined columns copied into the index, 0-32.
+    pub include: Vec<String>,
+    /// Local (synchronous) or global (follows the stream).
+    pub kind: IndexKind,
+    /// Index the rows the table already holds (else only later writes).
+    pub include_base_data: bool,
+}
+
+impl IndexSpec {
+    /// A local index of `columns` that indexes existing rows too.
+    pub fn new(name: impl Into<String>, columns: &[&str]) -> Self {
+        IndexSpec {
+            name: name.into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            include: Vec::new(),
+            kind: IndexKind::Local,
+            include_base_data: true,
+        }
+    }
+}
+
+/// Where one index key column's value comes from in a base row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeySource {
+    /// The base key's column at this position.
+    Pk(usize),
+    /// A predefined attribute column.
+    Column(String),
+}
+
+/// A validated index: what the catalog keeps, with how to build its rows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexDef {
+    /// The index's name.
+    pub name: String,
+    /// The table it indexes.
+    pub table: String,
+    /// Local or global.
+    pub kind: IndexKind,
+    /// The index columns, as given.
+    pub columns: Vec<String>,
+    /// The included columns.
+    pub include: Vec<String>,
+    /// Each index key column's source (index key order).
+    #[serde(skip)]
+    sources: Vec<KeySource>,
+    /// The base key's column types (to cut a base key into its columns).
+    #[serde(skip)]
+    base_types: Vec<PkType>,
+}
+
+impl IndexDef {
+    /// Checks `spec` against the table (`base`: its schema with its
+    /// predefined columns) and the indexes it has; the error names the
+    /// rule broken and what is accepted.
+    pub(crate) fn new(
+        spec: &IndexSpec,
+        base: &TableSchema,
+        options: &TableOptions,
+        existing: &[IndexDef],
+    ) -> Result<IndexDef> {
+        validate_name("index", &spec.name)?;
+        let t = &base.name;
+        if existing.len() >= MAX_INDEXES_PER_TABLE {
+            return Err(Error::param(format!(
+                "table '{t}' already has {MAX_INDEXES_PER_TABLE} indexes, the most accepted; drop one first"
+            )));
+        }
+        check_index_options(t, options)?;
+        if spec.columns.is_empty() || spec.columns.len() > MAX_INDEX_COLUMNS {
+            return Err(Error::param(format!(
+                "index '{}' has {} index columns; 1 to {MAX_INDEX_COLUMNS} are accepted",
+                spec.name,
+                spec.columns.len()
+            )));
+        }
+        if spec.include.len() > MAX_INCLUDED_COLUMNS {
+            return Err(Error::param(format!(
+                "index '{}' includes {} columns; at most {MAX_INCLUDED_COLUMNS} are accepted",
+                spec.name,
+                spec.include.len()
+            )));
+        }
+        let defined = |c: &str| base.columns.iter().find(|d| d.name == c);
+        let known = || {
+            let mut all: Vec<&str> = base.primary_key.iter().map(|c| c.name.as_str()).collect();
+            all.extend(base.columns.iter().map(|c| c.name.as_str()));
+            all.join(", ")
+        };
+        for (i, c) in spec.columns.iter().enumerate() {
+            if spec.columns[..i].contains(c) {
+                return Err(Error::param(format!("index column '{c}' is listed twice")));
+            }
+            if base.is_pk_column(c) {
+                continue;
+            }
+            match defined(c) {
+                None => {
+                    return Err(Error::param(format!(
+                        "column '{c}' is neither a primary-key nor a predefined column of table '{t}'; \
+                         only those can be indexed (they are: {}); declare it first (ALTER TABLE {t} ADD COLUMN {c} TYPE)",
+                        known()
+                    )));
+                }
+                Some(d) if pk_type_of(d.value_type).is_none() => {
+                    return Err(Error::param(format!(
+                        "column '{c}' is {}; index columns must be INTEGER, STRING or BINARY",
+                        d.value_type.as_str().to_uppercase()
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        for (i, c) in spec.include.iter().enumerate() {
+            if spec.include[..i].contains(c) {
+                return Err(Error::param(format!("included column '{c}' is listed twice")));
+            }
+            if spec.columns.contains(c) || base.is_pk_column(c) {
+                return Err(Error::param(format!(
+                    "included column '{c}' is already in the index's primary key; include only other predefined columns"
+                )));
+            }
+            if defined(c).is_none() {
+                return Err(Error::param(format!(
+                    "included column '{c}' is not a predefined column of table '{t}'; its predefined columns: {}",
+                    if base.columns.is_empty() {
+                        "none".to_string()
+                    } else {
+                        base.columns
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                )));
+            }
+        }
+        if spec.kind == IndexKind::Local && spec.columns[0] != base.primary_key[0].name {
+            return Err(Error::param(format!(
+                "the first column of local index '{}' must be the partition key '{}' of table '{t}', got '{}'; \
+                 a global index may start with any column",
+                spec.name, base.primary_key[0].name, spec.columns[0]
+            )));
+        }
+        let mut def = IndexDef {
+            name: spec.name.clone(),
+            table: base.name.clone(),
+            kind: spec.kind,
+            columns: spec.columns.clone(),
+            include: spec.include.clone(),
+            sources: Vec::new(),
+            base_types: Vec::new(),
+        };
+        def.bind(base)?;
+        if def.sources.len() > MAX_INDEX_KEY_COLUMNS {
+            return Err(Error::param(format!(
+                "index '{}' would have {} primary-key columns (its columns, then the table's key columns not among them); \
+                 at most {MAX_INDEX_KEY_COLUMNS} are accepted",
+                spec.name,
+                def.sources.len()
+            )));
+        }
+        Ok(def)
+    }
+
+    /// Resolves the columns against the base schema (after a load: the
+    /// catalog keeps names only).
+    pub(crate) fn bind(&mut self, base: &TableSchema) -> Result<()> {
+        let mut sources = Vec::new();
+        for c in &self.columns {
+            match base.primary_key.iter().position(|p| &p.name == c) {
+                Some(i) => sources.push(KeySource::Pk(i)),
+                None => sources.push(KeySource::Column(c.clone())),
+            }
+        }
+        for i in 0..base.primary_key.len() {
+            if !sources.contains(&KeySource::Pk(i)) {
+                sources.push(KeySource::Pk(i));
+            }
+        }
+        self.sources = sources;
+        self.base_types = base.pk_types();
+        Ok(())
+    }
+
+    /// The index table's schema: its key columns with their types, its
+    /// included columns as predefined ones.
+    pub(crate) fn schema(&self, base: &TableSchema) -> Result<TableSchema> {
+        let mut s = TableSchema::new(self.name.clone());
+        for src in &self.sources {
+            let (name, ty) = match src {
+                KeySource::Pk(i) => (base.primary_key[*i].name.clone(), base.primary_key[*i].pk_type),
+                KeySource::Column(c) => {
+                    let d = base.columns.iter().find(|d| &d.name == c);
+                    let ty = d.and_then(|d| pk_type_of(d.value_type));
+                    (
+                        c.clone(),
+                        ty.ok_or_else(|| Error::param(format!("column '{c}' cannot be an index key")))?,
+                    )
+                }
+            };
+            s.primary_key.push(PkColumn {
+                name,
+                pk_type: ty,
+                auto_increment: false,
+            });
+        }
+        for c in &self.include {
+            if let Some(d) = base.columns.iter().find(|d| &d.name == c) {
+                s.columns.push(d.clone());
+            }
+        }
+        Ok(s)
+    }
+
+    /// Whether the index reads attribute column `c` (as a key or included).
+    pub fn uses_column(&self, c: &str) -> bool {
+        self.columns.iter().any(|x| x == c) || self.include.iter().any(|x| x == c)
+    }
+
+    /// The index row of a base row (`None`: the row is not indexed, being
+    /// absent or missing an index column): its key and its PutRow. Its
+    /// row marker is the oldest version among the index's attribute key
+    /// columns (the whole row's newest version when it has none), and no
+    /// included cell is newer than it, so that under a TTL an index row
+    /// expires with the first of its key cells, as its base row stops
+    /// being indexable then.
+    pub(crate) fn row_of(&self, base_key: &[u8], state: Option<&RowState>) -> Option<(Vec<u8>, Mutation)> {
+        let state = state?;
+        let opts = TableOptions::default();
+        let cells = visible_cells(state, i64::MAX, &opts, &ReadOptions::default())?;
+        let newest = |c: &str| -> Option<(i64, &Value)> {
+            let i = cells.binary_search_by(|(n, _)| n.as_str().cmp(c)).ok()?;
+            cells[i].1.first().map(|cell| (cell.version, &cell.value))
+        };
+        let parts = key_parts(base_key, &self.base_types)?;
+        let mut key = Vec::with_capacity(base_key.len() + 16);
+        let mut marker: Option<i64> = None;
+        for src in &self.sources {
+            match src {
+                KeySource::Pk(i) => key.extend_from_slice(parts.get(*i)?),
+                KeySource::Column(c) => {
+                    let (version, value) = newest(c)?;
+                    let pk = match value {
+                        Value::Integer(i) => PkValue::Integer(*i),
+                        Value::String(s) if s.len() <= MAX_PK_VALUE_BYTES => PkValue::String(s.clone()),
+                        Value::Binary(b) if b.len() <= MAX_PK_VALUE_BYTES => PkValue::Binary(b.clone()),
+                        // A value written before the column was declared,
+                        // of a type no key can hold: not indexable.
+                        _ => return None,
+                    };
+                    key::encode_value(&mut key, &pk);
+                    marker = Some(marker.map_or(version, |m| m.min(version)));
+                }
+            }
+        }
+        let marker = marker.unwrap_or_else(|| {
+            let newest_cell = cells.iter().filter_map(|(_, c)| c.first().map(|c| c.version)).max();
+            newest_cell.max(state.row_ts).unwrap_or(0)
+        });
+        let included = self
+            .include
+            .iter()
+            .filter_map(|c| newest(c).map(|(v, value)| (c.clone(), v.min(marker), value.clone())))
+            .collect();
+        Some((
+            key,
+            Mutation::Put {
+                row_ts: Some(marker),
+                cells: included,
+            },
+        ))
+    }
+
+    /// The index writes a base write makes: the old index row goes (when
+    /// the row had one under another key), the new one comes (unless it is
+    /// the old one unchanged).
+    pub(crate) fn writes_for(
+        &self,
+        base_key: &[u8],
+        before: Option<&RowState>,
+        after: Option<&RowState>,
+    ) -> Vec<(Vec<u8>, Mutation)> {
+        let old = self.row_of(base_key, before);
+        let new = self.row_of(base_key, after);
+        let mut out = Vec::with_capacity(2);
+        match (old, new) {
+            (Some(o), Some(n)) if o == n => {}
+            (Some((ok, _)), Some((nk, nm))) => {
+                if ok != nk {
+                    out.push((ok, Mutation::Delete));
+                }
+                out.push((nk, nm));
+            }
+            (Some((ok, _)), None) => out.push((ok, Mutation::Delete)),
+            (None, Some(n)) => out.push(n),
+            (None, None) => {}
+        }
+        out
+    }
+
+    /// Refuses a value an index key cannot hold (a STRING or BINARY longer
+    /// than a key value may be) for one of this index's attribute columns.
+    pub(crate) fn check_value(&self, column: &str, value: &Value) -> Result<()> {
+        if !self.columns.iter().any(|c| c == column) {
+            return Ok(());
+        }
+        let len = match value {
+            Value::String(s) => s.len(),
+            Value::Binary(b) => b.len(),
+            _ => 0,
+        };
+        if len > MAX_PK_VALUE_BYTES {
+            return Err(Error::param(format!(
+                "column '{column}' is {len} bytes; as a key column of index '{}' it may be at most {MAX_PK_VALUE_BYTES} bytes",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The rules a table with indexes keeps: one version, and no TTL unless
+/// rows are never updated (an UpdateRow could leave an index row behind
+/// a cell that expired).
+pub(crate) fn check_index_options(table: &str, o: &TableOptions) -> Result<()> {
+    if o.max_versions != 1 {
+        return Err(Error::param(format!(
+            "table '{table}' keeps {} versions; a table with indexes must keep 1 (max_versions = 1)",
+            o.max_versions
+        )));
+    }
+    if o.ttl_secs != -1 && o.allow_update {
+        return Err(Error::param(format!(
+            "table '{table}' has a TTL of {} s and allows UpdateRow; a table with indexes needs ttl = -1, \
+             or allow_update = false",
+            o.ttl_secs
+        )));
+    }
+    Ok(())
+}
+
+/// The key type a predefined column of `t` gives an index key.
+fn pk_type_of(t: ValueType) -> Option<PkType> {
+    match t {
+        ValueType::Integer => Some(PkType::Integer),
+        ValueType::String => Some(PkType::String),
+        ValueType::Binary => Some(PkType::Binary),
+        ValueType::Double | ValueType::Boolean => None,
+    }
+}
+
+/// A full key cut into its columns' encodings.
+fn key_parts<'a>(key: &'a [u8], types: &[PkType]) -> Option<Vec<&'a [u8]>> {
+    let mut out = Vec::with_capacity(types.len());
+    let mut rest = key;
+    for ty in types {
+        let n = key::encoded_len(rest, *ty)?;
+        out.push(&rest[..n]);
+        rest = &rest[n..];
+    }
+    rest.is_empty().then_some(out)
+}

@@ -1,0 +1,514 @@
+//! Predefined columns and secondary indexes: the rules, and every kind of
+//! write keeping every index exact, across flushes, compactions and
+//! reopens. The expected index is derived here from the table's rows,
+//! independently of the engine's own derivation.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cellar::*;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use crate::common::*;
+
+/// `t(card INTEGER, order STRING)` with predefined seller STRING, price
+/// INTEGER, note STRING, score DOUBLE.
+fn schema() -> TableSchema {
+    TableSchema::new("t")
+        .pk("card", PkType::Integer)
+        .pk("order", PkType::String)
+        .column("seller", ValueType::String)
+        .column("price", ValueType::Integer)
+        .column("note", ValueType::String)
+        .column("score", ValueType::Double)
+}
+
+async fn fresh() -> (tempfile::TempDir, Arc<ManualClock>, Database) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let db = open(dir.path(), &clock).await;
+    db.create_table(schema(), TableOptions::default()).await.unwrap();
+    (dir, clock, db)
+}
+
+fn spec(name: &str, columns: &[&str], include: &[&str], kind: IndexKind) -> IndexSpec {
+    IndexSpec {
+        name: name.into(),
+        columns: columns.iter().map(|c| c.to_string()).collect(),
+        include: include.iter().map(|c| c.to_string()).collect(),
+        kind,
+        include_base_data: true,
+    }
+}
+
+fn to_pk(v: &Value) -> Option<PkValue> {
+    match v {
+        Value::Integer(i) => Some(PkValue::Integer(*i)),
+        Value::String(s) => Some(PkValue::String(s.clone())),
+        Value::Binary(b) => Some(PkValue::Binary(b.clone())),
+        _ => None,
+    }
+}
+
+type IndexRows = BTreeMap<Vec<PkValue>, Vec<(String, Value)>>;
+
+/// The index rows the table's rows call for.
+async fn expected(db: &Database, table: &str, columns: &[&str], include: &[&str]) -> IndexRows {
+    let t = db.table(table).unwrap();
+    let pk_names: Vec<String> = t.schema().primary_key.iter().map(|c| c.name.clone()).collect();
+    let mut out = BTreeMap::new();
+    'rows: for r in scan_all(&t, GetRange::new()).await {
+        let value = |c: &str| -> Option<Value> {
+            r.columns
+                .iter()
+                .find(|(n, _)| n == c)
+                .map(|(_, cells)| cells[0].value.clone())
+        };
+        let mut key = Vec::new();
+        for c in columns {
+            match r.primary_key.get(c) {
+                Some(v) => key.push(v.clone()),
+                None => match value(c).as_ref().and_then(to_pk) {
+                    Some(v) => key.push(v),
+                    None => continue 'rows,
+                },
+            }
+        }
+        for n in &pk_names {
+            if !columns.contains(&n.as_str()) {
+                key.push(r.primary_key.get(n).unwrap().clone());
+            }
+        }
+        let attrs = include
+            .iter()
+            .filter_map(|c| value(c).map(|v| (c.to_string(), v)))
+            .collect();
+        out.insert(key, attrs);
+    }
+    out
+}
+
+/// The index's rows as read by its name.
+async fn actual(db: &Database, index: &str) -> IndexRows {
+    let t = db.table(index).unwrap();
+    scan_all(&t, GetRange::new())
+        .await
+        .into_iter()
+        .map(|r| {
+            let key = r.primary_key.columns.into_iter().map(|(_, v)| v).collect();
+            let attrs = r.columns.into_iter().map(|(n, c)| (n, c[0].value.clone())).collect();
+            (key, attrs)
+        })
+        .collect()
+}
+
+async fn assert_index(db: &Database, index: &str, columns: &[&str], include: &[&str], when: &str) {
+    let want = expected(db, "t", columns, include).await;
+    let got = actual(db, index).await;
+    if want != got {
+        let missing: Vec<_> = want.iter().filter(|(k, v)| got.get(*k) != Some(v)).take(5).collect();
+        let extra: Vec<_> = got.iter().filter(|(k, v)| want.get(*k) != Some(v)).take(5).collect();
+        panic!(
+            "index {index} differs from its table {when}: {} rows expected, {} found\nmissing or different: {missing:?}\nextra or different: {extra:?}",
+            want.len(),
+            got.len()
+        );
+    }
+}
+
+#[tokio::test]
+async fn predefined_columns_refuse_other_types() {
+    let (_dir, _clock, db) = fresh().await;
+    let t = db.table("t").unwrap();
+    let bad = t
+        .put_row(PutRow::new(pk(1, "a")).column("price", "ten"))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::ParameterInvalid);
+    for needle in ["price", "INTEGER", "STRING", "PutRow"] {
+        assert!(bad.to_string().contains(needle), "{bad}");
+    }
+    let bad = t
+        .update_row(UpdateRow::new(pk(1, "a")).put("score", 3i64))
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("DOUBLE"), "{bad}");
+    let bad = t
+        .update_row(UpdateRow::new(pk(1, "a")).increment("note", 1))
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("note"), "{bad}");
+    // Right types, and undeclared columns of any type, are accepted.
+    t.put_row(
+        PutRow::new(pk(1, "a"))
+            .column("price", 10i64)
+            .column("score", 1.5)
+            .column("free", "x")
+            .column("free2", true),
+    )
+    .await
+    .unwrap();
+    // In a transaction too.
+    let txn = t.start_transaction(1i64).await.unwrap();
+    let bad = txn
+        .write(RowWrite::Put(PutRow::new(pk(1, "b")).column("seller", 5i64)))
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("seller"), "{bad}");
+    txn.abort().await.unwrap();
+    // Dropping the column lifts the rule; the data stays.
+    db.drop_column("t", "price").await.unwrap();
+    t.put_row(PutRow::new(pk(1, "c")).column("price", "ten")).await.unwrap();
+    let e = db.drop_column("t", "price").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ObjectNotExist);
+    // At most 32.
+    for i in 0..29 {
+        db.add_column(
+            "t",
+            ColumnDef {
+                name: format!("c{i}"),
+                value_type: ValueType::Integer,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let e = db
+        .add_column(
+            "t",
+            ColumnDef {
+                name: "one_more".into(),
+                value_type: ValueType::Integer,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("32"), "{e}");
+}
+
+#[tokio::test]
+async fn create_index_rules_are_refused_with_what_is_accepted() {
+    let (_dir, _clock, db) = fresh().await;
+    let local = IndexKind::Local;
+    let cases: Vec<(IndexSpec, &[&str])> = vec![
+        (spec("i", &[], &[], IndexKind::Global), &["1 to 4"]),
+        (
+            spec("i", &["a", "b", "c", "d", "e"], &[], IndexKind::Global),
+            &["1 to 4"],
+        ),
+        (
+            spec("i", &["nope"], &[], IndexKind::Global),
+            &["nope", "predefined", "ADD COLUMN"],
+        ),
+        (
+            spec("i", &["score"], &[], IndexKind::Global),
+            &["DOUBLE", "INTEGER, STRING or BINARY"],
+        ),
+        (
+            spec("i", &["seller"], &["free"], IndexKind::Global),
+            &["free", "not a predefined"],
+        ),
+        (
+            spec("i", &["seller"], &["seller"], IndexKind::Global),
+            &["already in the index"],
+        ),
+        (spec("i", &["seller", "seller"], &[], IndexKind::Global), &["twice"]),
+        (spec("i", &["seller"], &[], local), &["partition key", "card"]),
+        (spec("t", &["card", "seller"], &[], local), &["taken"]),
+        (spec("__x", &["card", "seller"], &[], local), &["reserved"]),
+    ];
+    for (s, needles) in cases {
+        let e = db.create_index("t", s.clone()).await.unwrap_err();
+        for n in needles {
+            assert!(e.to_string().contains(n), "{s:?}: {e}");
+        }
+    }
+    let e = db
+        .create_index("nope", spec("i", &["card"], &[], local))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ObjectNotExist);
+    // Table options: one version, no TTL with updates.
+    db.alter_table(
+        "t",
+        OptionsUpdate {
+            max_versions: Some(2),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let e = db
+        .create_index("t", spec("i", &["card", "seller"], &[], local))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("max_versions = 1"), "{e}");
+    db.alter_table(
+        "t",
+        OptionsUpdate {
+            max_versions: Some(1),
+            ttl_secs: Some(86400),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let e = db
+        .create_index("t", spec("i", &["card", "seller"], &[], local))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("allow_update = false"), "{e}");
+    db.alter_table(
+        "t",
+        OptionsUpdate {
+            ttl_secs: Some(-1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    // At most 5 per table.
+    for i in 0..5 {
+        db.create_index("t", spec(&format!("i{i}"), &["card", "seller"], &[], local))
+            .await
+            .unwrap();
+    }
+    let e = db
+        .create_index("t", spec("i5", &["card"], &[], local))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("5 indexes"), "{e}");
+    // Once indexed, the rules hold for ALTER too, and indexed columns stay.
+    let e = db
+        .alter_table(
+            "t",
+            OptionsUpdate {
+                max_versions: Some(3),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("max_versions = 1"), "{e}");
+    let e = db.drop_column("t", "seller").await.unwrap_err();
+    assert!(e.to_string().contains("i0"), "{e}");
+    // Indexes refuse writes and are listed apart from tables.
+    let e = db
+        .table("i0")
+        .unwrap()
+        .put_row(PutRow::new(PrimaryKey::new().with("card", 1i64)))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("refuse writes"), "{e}");
+    assert_eq!(db.list_tables(), vec!["t".to_string()]);
+    let listed = db.list_indexes("t").unwrap();
+    assert_eq!(listed.len(), 5);
+    assert_eq!(listed[0].primary_key, vec!["card", "seller", "order"]);
+    assert_eq!(listed[0].phase, IndexPhase::Incr);
+    let e = db.drop_table("i0").await.unwrap_err();
+    assert!(e.to_string().contains("DROP INDEX"), "{e}");
+    // A key value longer than a key may be is refused for an index column.
+    let long = "x".repeat(1025);
+    let e = db
+        .table("t")
+        .unwrap()
+        .put_row(PutRow::new(pk(1, "a")).column("seller", long.as_str()))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("1024"), "{e}");
+    // Dropping the table drops its indexes.
+    db.drop_table("t").await.unwrap();
+    assert!(db.table("i0").is_err());
+}
+
+/// One random write of the model test.
+fn random_write(rng: &mut StdRng, now: i64) -> RowWrite {
+    let key = pk(rng.random_range(0..3), ["a", "b", "c", "d"][rng.random_range(0..4)]);
+    let sellers = ["s1", "s2", "s3"];
+    match rng.random_range(0..10) {
+        0..=3 => {
+            let mut p = PutRow::new(key);
+            if rng.random_bool(0.8) {
+                p = p.column("seller", sellers[rng.random_range(0..3)]);
+            }
+            if rng.random_bool(0.6) {
+                p = p.column("price", rng.random_range(0..5i64));
+            }
+            if rng.random_bool(0.5) {
+                p = p.column("note", format!("n{}", rng.random_range(0..100)));
+            }
+            if rng.random_bool(0.2) {
+                p = p.condition(Condition::expect_not_exist());
+            }
+            RowWrite::Put(p)
+        }
+        4..=7 => {
+            let mut u = UpdateRow::new(key);
+            match rng.random_range(0..6) {
+                0 => u = u.put("seller", sellers[rng.random_range(0..3)]),
+                1 => u = u.delete_all("seller"),
+                2 => u = u.increment("price", rng.random_range(-2..3)),
+                3 => u = u.delete_all("note"),
+                4 => u = u.put_at("note", "old", now - 1000),
+                _ => u = u.put("price", rng.random_range(0..5i64)).put("other", 1i64),
+            }
+            if rng.random_bool(0.2) {
+                u = u.condition(Condition::expect_exist());
+            }
+            RowWrite::Update(u)
+        }
+        _ => RowWrite::Delete(DeleteRow::new(key)),
+    }
+}
+
+/// Random writes, one at a time, in batches and pipelined, with flushes,
+/// compactions and reopens: every index equals its table after each step.
+#[tokio::test]
+async fn local_indexes_follow_every_write_across_flushes_compactions_and_reopens() {
+    for seed in 0..seeds("CELLAR_INDEX_SEEDS", 3) {
+        let (dir, clock, mut db) = fresh().await;
+        let mut rng = StdRng::seed_from_u64(seed);
+        // Some rows before the indexes: the backfill indexes them.
+        for _ in 0..20 {
+            let _ = db.table("t").unwrap().write(random_write(&mut rng, T0)).await;
+        }
+        let indexes: [(&str, &[&str], &[&str]); 3] = [
+            ("by_seller", &["card", "seller"], &["note", "price"]),
+            ("by_price", &["card", "price", "seller"], &[]),
+            ("by_order", &["card", "order"], &["seller"]),
+        ];
+        for (name, cols, inc) in indexes {
+            db.create_index("t", spec(name, cols, inc, IndexKind::Local))
+                .await
+                .unwrap();
+        }
+        for step in 0..40 {
+            let t = db.table("t").unwrap();
+            match rng.random_range(0..4) {
+                0 => {
+                    let _ = t.write(random_write(&mut rng, T0)).await;
+                }
+                1 => {
+                    let batch = (0..rng.random_range(1..30))
+                        .map(|_| random_write(&mut rng, T0))
+                        .collect();
+                    t.write_batch(batch).await.unwrap();
+                }
+                2 => {
+                    // Pipelined: many batches in flight.
+                    let mut queued = Vec::new();
+                    for _ in 0..4 {
+                        let batch = (0..10).map(|_| random_write(&mut rng, T0)).collect();
+                        queued.push(t.enqueue_batch(batch).await.unwrap());
+                    }
+                    for q in queued {
+                        q.durable().await.unwrap();
+                    }
+                }
+                _ => {
+                    let card = rng.random_range(0..3i64);
+                    let txn = t.start_transaction(card).await.unwrap();
+                    for _ in 0..3 {
+                        let mut w = random_write(&mut rng, T0);
+                        match &mut w {
+                            RowWrite::Put(p) => p.primary_key = pk(card, "a"),
+                            RowWrite::Update(u) => u.primary_key = pk(card, "b"),
+                            RowWrite::Delete(d) => d.primary_key = pk(card, "a"),
+                        }
+                        let _ = txn.write(w).await;
+                    }
+                    txn.commit().await.unwrap();
+                }
+            }
+            match step % 10 {
+                3 => t.flush().await.unwrap(),
+                6 => t.compact().await.unwrap(),
+                9 => {
+                    drop(t);
+                    db.close().await.unwrap();
+                    db = open(dir.path(), &clock).await;
+                }
+                _ => {}
+            }
+            for (name, cols, inc) in indexes {
+                assert_index(&db, name, cols, inc, &format!("(seed {seed}, step {step})")).await;
+            }
+        }
+    }
+}
+
+/// Runs `;`-separated statements.
+async fn run(sql: &cellar::sql::SqlSession, text: &str) -> std::result::Result<(), String> {
+    for stmt in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        sql.execute(stmt).await.map_err(|e| format!("{stmt}: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn texts(sql: &cellar::sql::SqlSession, q: &str) -> Vec<String> {
+    crate::sql::text_rows(&crate::sql::rows(sql, q).await)
+}
+
+/// SQL: CREATE INDEX, reading an index by name, DROP INDEX, DDL errors.
+#[tokio::test]
+async fn sql_creates_reads_and_drops_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path()).await.unwrap();
+    let sql = cellar::sql::SqlSession::new(db.clone());
+    run(
+        &sql,
+        "CREATE TABLE orders (shop BIGINT, id BIGINT, seller VARCHAR, price BIGINT, PRIMARY KEY (shop, id));
+         INSERT INTO orders VALUES (1, 1, 'ann', 10), (1, 2, 'bob', 20), (2, 3, 'ann', 30), (2, 4, NULL, 5);
+         CREATE INDEX orders_by_seller ON orders (seller) INCLUDE (price) WITH (type = 'global');
+         CREATE INDEX orders_local ON orders (shop, price)",
+    )
+    .await
+    .unwrap();
+    let rows = texts(&sql, "SELECT seller, shop, id, price FROM orders_by_seller").await;
+    assert_eq!(
+        rows,
+        vec![
+            "seller=ann shop=1 id=1 price=10",
+            "seller=ann shop=2 id=3 price=30",
+            "seller=bob shop=1 id=2 price=20"
+        ]
+    );
+    let rows = texts(&sql, "SELECT shop, price, id FROM orders_local").await;
+    assert_eq!(
+        rows,
+        vec![
+            "shop=1 price=10 id=1",
+            "shop=1 price=20 id=2",
+            "shop=2 price=5 id=4",
+            "shop=2 price=30 id=3"
+        ]
+    );
+    run(
+        &sql,
+        "UPDATE orders SET price = 7 WHERE id = 1; DELETE FROM orders WHERE id = 3",
+    )
+    .await
+    .unwrap();
+    let rows = texts(&sql, "SELECT shop, price, id FROM orders_local").await;
+    assert_eq!(
+        rows,
+        vec!["shop=1 price=7 id=1", "shop=1 price=20 id=2", "shop=2 price=5 id=4"]
+    );
+    let e = run(&sql, "INSERT INTO orders_local VALUES (1, 1, 1)")
+        .await
+        .unwrap_err();
+    assert!(e.contains("refuse writes"), "{e}");
+    let e = run(&sql, "CREATE INDEX x ON orders (seller) WITH (type = 'fancy')")
+        .await
+        .unwrap_err();
+    assert!(e.contains("'local', 'global'"), "{e}");
+    let e = run(&sql, "CREATE UNIQUE INDEX x ON orders (seller)").await.unwrap_err();
+    assert!(e.contains("UNIQUE"), "{e}");
+    run(&sql, "DROP INDEX orders_local; DROP INDEX IF EXISTS orders_local")
+        .await
+        .unwrap();
+    assert!(db.table("orders_local").is_err());
+    let e = run(&sql, "DROP INDEX orders_local").await.unwrap_err();
+    assert!(e.contains("does not exist"), "{e}");
+    assert_eq!(db.list_indexes("orders").unwrap().len(), 1);
+}
