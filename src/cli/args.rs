@@ -201,6 +201,11 @@ pub enum Command {
         /// writes pass {"auto_increment":true} and get the assigned value back
         #[arg(long, value_name = "NAME")]
         auto_increment: Option<String>,
+        /// Predefined attribute columns (at most 32): NAME:TYPE[,NAME:TYPE...],
+        /// TYPE integer | double | boolean | string | binary; a write of another
+        /// type to one is refused, and indexes may use them
+        #[arg(long, value_name = "NAME:TYPE,..")]
+        columns: Option<String>,
         /// Table options
         #[command(flatten)]
         options: OptionArgs,
@@ -236,6 +241,12 @@ pub enum Command {
         /// Where the S3 server of --archive-to is
         #[command(flatten)]
         remote: transfer::RemoteArgs,
+        /// Add predefined columns: NAME:TYPE[,NAME:TYPE...] (AddDefinedColumn)
+        #[arg(long, value_name = "NAME:TYPE,..")]
+        add_columns: Option<String>,
+        /// Remove predefined columns: NAME[,NAME...] (DeleteDefinedColumn; their data stays)
+        #[arg(long, value_delimiter = ',', value_name = "NAME,..")]
+        drop_columns: Vec<String>,
     },
     /// Drop a table and its data
     Drop {
@@ -410,6 +421,13 @@ pub enum Command {
         #[command(subcommand)]
         command: TunnelCommand,
     },
+    /// Secondary indexes (local: kept with each write; global: follows the
+    /// table's change stream)
+    Index {
+        /// What to do
+        #[command(subcommand)]
+        command: IndexCommand,
+    },
     /// Create the demo dataset on the data directory and run the demo queries
     Demo,
     /// Run SQL: -c statements, -f files, else stdin, or a REPL on a terminal
@@ -473,5 +491,46 @@ pub enum TunnelCommand {
         /// Keep waiting for new records until interrupted
         #[arg(long)]
         follow: bool,
+    },
+}
+
+/// `cellar index ...`.
+#[derive(Subcommand, Debug)]
+pub enum IndexCommand {
+    /// Create an index of TABLE keyed by --columns (1-4 key or predefined
+    /// columns), then the table's key columns not among them; existing rows
+    /// are indexed before it returns (unless --no-base-data)
+    Create {
+        /// Table name
+        table: String,
+        /// Index name (unique among tables and indexes)
+        name: String,
+        /// Index columns, in key order: C1[,C2...]
+        #[arg(long, value_delimiter = ',', required = true, value_name = "C1,..")]
+        columns: Vec<String>,
+        /// Predefined columns copied into the index: A[,B...]
+        #[arg(long, value_delimiter = ',', value_name = "A,..")]
+        include: Vec<String>,
+        /// local (updated with each write; starts with the partition key) or
+        /// global (follows the table's change stream, a little behind)
+        #[arg(long = "type", value_name = "local|global", default_value = "local")]
+        kind: String,
+        /// Index only rows written from now on
+        #[arg(long)]
+        no_base_data: bool,
+    },
+    /// Drop an index and its data
+    Drop {
+        /// Table name
+        table: String,
+        /// Index name
+        name: String,
+    },
+    /// One JSON line per index of TABLE: name, type, columns, include,
+    /// primary_key, phase (FULL while existing rows are indexed, then INCR)
+    /// and lag_ms (how far a global index is behind its table)
+    List {
+        /// Table name
+        table: String,
     },
 }

@@ -10,6 +10,7 @@
 mod args;
 mod demo;
 mod import;
+mod index;
 pub mod json;
 mod partitions;
 mod series;
@@ -26,7 +27,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::{Value as Json, json};
 
-pub use self::args::{Cli, Command, OptionArgs, ReadArgs, SeriesArgs, TunnelCommand};
+pub use self::args::{Cli, Command, IndexCommand, OptionArgs, ReadArgs, SeriesArgs, TunnelCommand};
 use crate::Database;
 use crate::error::{Error, Result};
 use crate::model::api::{GetRange, GetRow};
@@ -69,6 +70,7 @@ fn only_reads(command: &Command) -> bool {
         Command::List { .. } | Command::Describe { .. } | Command::Get { .. } | Command::Scan { .. } => true,
         Command::SplitPoints { .. } => true,
         Command::Tunnel { command } => !matches!(command, TunnelCommand::Create { .. }),
+        Command::Index { command } => matches!(command, IndexCommand::List { .. }),
         Command::Check { .. } | Command::Export { .. } | Command::Stream { .. } => true,
         Command::Sql { command, file, .. } if !command.is_empty() || !file.is_empty() => {
             let files: Option<Vec<String>> = file.iter().map(|f| std::fs::read_to_string(f).ok()).collect();
@@ -151,7 +153,14 @@ fn changes(command: &Command) -> Option<&'static str> {
         Command::Tunnel {
             command: TunnelCommand::Consume { .. },
         } => "tunnel consume",
+        Command::Index {
+            command: IndexCommand::Create { .. },
+        } => "index create",
+        Command::Index {
+            command: IndexCommand::Drop { .. },
+        } => "index drop",
         Command::Tunnel { .. }
+        | Command::Index { .. }
         | Command::List { .. }
         | Command::Stream { .. }
         | Command::Describe { .. }
@@ -172,6 +181,7 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             table,
             pk,
             auto_increment,
+            columns,
             options,
             series,
             stream,
@@ -194,6 +204,9 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             }
             if let Some(col) = auto_increment {
                 schema = schema.auto_increment(&col)?;
+            }
+            if let Some(columns) = columns {
+                schema.columns = index::parse_columns(&columns, "--columns")?;
             }
             let opts = options.update().apply(&TableOptions::default());
             match series.series.as_deref() {
@@ -235,7 +248,17 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             archive_to,
             stream,
             remote,
+            add_columns,
+            drop_columns,
         } => {
+            if let Some(spec) = &add_columns {
+                for c in index::parse_columns(spec, "--add-columns")? {
+                    db.add_column(&table, c).await?;
+                }
+            }
+            for c in &drop_columns {
+                db.drop_column(&table, c).await?;
+            }
             let stream = stream.change();
             let change = crate::SeriesUpdate {
                 archive_after_months,
@@ -337,6 +360,21 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
                 "partition_split_bytes": d.options.partition_split_bytes,
             });
             let mut j = j;
+            if !d.schema.columns.is_empty() {
+                j["columns"] = d
+                    .schema
+                    .columns
+                    .iter()
+                    .map(|c| json!({"name": c.name, "type": c.value_type.as_str()}))
+                    .collect();
+            }
+            if db.index_base(&table).is_some() {
+                j["index_of"] = index::index_json(&db.describe_index(&table).await?);
+            } else if let Ok(list) = db.list_indexes(&table).await
+                && !list.is_empty()
+            {
+                j["indexes"] = list.iter().map(index::index_json).collect();
+            }
             let stream = match db.list_streams(Some(&table)).await?.into_iter().next() {
                 Some(info) => Some(db.describe_stream(&info.stream_id).await?),
                 None => None,
@@ -494,6 +532,10 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
         Command::Tunnel { command } => {
             drop(out);
             tunnel::run(db, command).await?;
+        }
+        Command::Index { command } => {
+            drop(out);
+            index::run(db, command).await?;
         }
     }
     Ok(0)

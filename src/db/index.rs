@@ -16,16 +16,18 @@
 //! namespace with tables and series; a table with indexes keeps one
 //! version, and no TTL unless UpdateRow is refused.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use serde::{Deserialize, Serialize};
 
 use super::Database;
 use super::catalog::{CatalogEntry, CatalogFile};
+use super::index_follow;
 use super::inner::DbInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::TableManifest;
-use crate::model::index::{IndexDef, IndexSpec, check_index_options};
+use crate::model::index::{IndexDef, IndexKind, IndexSpec, check_index_options};
 use crate::model::schema::TableOptions;
 use crate::state::{IndexTarget, TableInner};
 use crate::write::committer::CommitMsg;
@@ -68,6 +70,9 @@ pub struct IndexInfo {
     pub primary_key: Vec<String>,
     /// FULL while existing rows are being indexed, then INCR.
     pub phase: IndexPhase,
+    /// How far a global index is behind its table's writes, in ms of
+    /// commit time (0: caught up; always 0 for a local index).
+    pub lag_ms: u64,
 }
 
 /// Rows per backfill message to the committer.
@@ -80,7 +85,16 @@ impl Database {
     /// meanwhile; phase FULL until it is done, then INCR).
     pub async fn create_index(&self, table: &str, spec: IndexSpec) -> Result<()> {
         self.inner.writable("CREATE INDEX")?;
-        let index = {
+        let global = spec.kind == IndexKind::Global;
+        if global && self.table_inner(table)?.stream.read().is_none() {
+            // A global index follows the table's change stream.
+            let enable = crate::StreamChange {
+                enable: Some(true),
+                ..Default::default()
+            };
+            self.change_stream(table, enable).await?;
+        }
+        let (base, target, phase) = {
             let mut cat = self.inner.catalog.lock().await;
             let base = self.table_inner(table)?;
             if let Some(def) = &base.index_of {
@@ -144,11 +158,22 @@ impl Database {
             t.index_of = Some(def.clone());
             let t = Arc::new(t);
             self.inner.shared.tables.write().insert(spec.name.clone(), t.clone());
-            link(&base, IndexTarget { def, table: t });
-            (phase == IndexPhase::Full).then_some(base)
+            let target = IndexTarget::new(def, t);
+            link(&base, target.clone());
+            (base, target, phase)
         };
-        if let Some(base) = index {
+        if global {
+            // Its records start here: every write from now on reads its
+            // row and records the old values of the index's columns.
+            let tunnel = index_follow::tunnel_of(&spec.name);
+            self.create_tunnel_named(table, &tunnel, super::tunnel::TunnelType::Stream)
+                .await?;
+        }
+        if phase == IndexPhase::Full {
             backfill(&self.inner, &base, &spec.name).await?;
+        }
+        if global {
+            index_follow::follow(self, table, target);
         }
         Ok(())
     }
@@ -157,7 +182,7 @@ impl Database {
     /// its files; the table's writes stop keeping it at once.
     pub async fn drop_index(&self, table: &str, index: &str) -> Result<()> {
         self.inner.writable("DROP INDEX")?;
-        let t = self.index_table(index)?;
+        let t = self.index_table_of(index)?;
         let def = t.index_of.clone().expect("an index table");
         if def.table != table {
             return Err(Error::new(
@@ -165,38 +190,56 @@ impl Database {
                 format!("'{index}' is an index of table '{}', not of '{table}'", def.table),
             ));
         }
+        let target = self
+            .table_inner(table)
+            .ok()
+            .and_then(|base| base.indexes.read().iter().find(|i| i.table.id == t.id).cloned());
         if let Ok(base) = self.table_inner(table) {
             unlink(&base, t.id);
+        }
+        if let Some(target) = target
+            && def.kind == IndexKind::Global
+        {
+            // Stop the follower (it gives up at its next batch), then
+            // delete its tunnel.
+            t.dropped.store(true, Ordering::Release);
+            let _stopped = target.follower.lock().await;
+            match self.delete_tunnel_named(table, &index_follow::tunnel_of(index)).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::ObjectNotExist => {}
+                Err(e) => return Err(e),
+            }
         }
         self.drop_local_table(index).await
     }
 
     /// The indexes of `table` (ListIndex), by name.
-    pub fn list_indexes(&self, table: &str) -> Result<Vec<IndexInfo>> {
+    pub async fn list_indexes(&self, table: &str) -> Result<Vec<IndexInfo>> {
         let base = self.table_inner(table)?;
         let phases = self.index_phases();
-        let mut out: Vec<IndexInfo> = base
-            .indexes
-            .read()
-            .iter()
-            .map(|i| IndexInfo {
+        let targets: Vec<IndexTarget> = base.indexes.read().iter().cloned().collect();
+        let mut out = Vec::with_capacity(targets.len());
+        for i in &targets {
+            out.push(IndexInfo {
                 def: (*i.def).clone(),
                 primary_key: i.table.schema.primary_key.iter().map(|c| c.name.clone()).collect(),
                 phase: phases
                     .iter()
                     .find(|(id, _)| *id == i.table.id)
                     .map_or(IndexPhase::Incr, |(_, p)| *p),
-            })
-            .collect();
+                lag_ms: index_follow::lag_ms(self, &base, i).await?,
+            });
+        }
         out.sort_by(|a, b| a.def.name.cmp(&b.def.name));
         Ok(out)
     }
 
     /// One index by name (DescribeIndex).
-    pub fn describe_index(&self, index: &str) -> Result<IndexInfo> {
-        let t = self.index_table(index)?;
+    pub async fn describe_index(&self, index: &str) -> Result<IndexInfo> {
+        let t = self.index_table_of(index)?;
         let def = t.index_of.as_ref().expect("an index table");
-        self.list_indexes(&def.table)?
+        self.list_indexes(&def.table)
+            .await?
             .into_iter()
             .find(|i| i.def.name == index)
             .ok_or_else(|| not_an_index(index))
@@ -208,7 +251,7 @@ impl Database {
         t.index_of.as_ref().map(|d| d.table.clone())
     }
 
-    fn index_table(&self, name: &str) -> Result<Arc<TableInner>> {
+    pub(super) fn index_table_of(&self, name: &str) -> Result<Arc<TableInner>> {
         let t = self.table_inner(name).map_err(|_| not_an_index(name))?;
         if t.index_of.is_none() {
             return Err(Error::param(format!("'{name}' is a table, not an index")));
@@ -245,29 +288,58 @@ impl Database {
         Ok(())
     }
 
-    /// Resumes the backfill of every index left in phase FULL (an open
-    /// after a crash during CREATE INDEX), in the background.
-    pub(super) fn resume_backfills(&self) {
+    /// At an open: resumes the backfill of every index left in phase FULL
+    /// (a crash during CREATE INDEX), and starts the follower of every
+    /// global index (making its tunnel anew, and indexing the table's
+    /// rows again, when a crash lost it), in the background.
+    pub(super) fn resume_indexes(&self) {
         let Ok(cat) = self.inner.catalog.try_lock() else { return };
-        let pending: Vec<(String, String)> = cat
+        let indexes: Vec<(String, String, IndexPhase, IndexKind)> = cat
             .1
             .tables
             .iter()
             .filter_map(|e| e.index.as_ref())
-            .filter(|r| r.phase == IndexPhase::Full)
-            .map(|r| (r.def.table.clone(), r.def.name.clone()))
+            .map(|r| (r.def.table.clone(), r.def.name.clone(), r.phase, r.def.kind))
             .collect();
         drop(cat);
-        for (table, name) in pending {
+        for (table, name, phase, kind) in indexes {
+            if phase == IndexPhase::Incr && kind == IndexKind::Local {
+                continue;
+            }
             let weak: Weak<DbInner> = Arc::downgrade(&self.inner);
             tokio::spawn(async move {
                 let Some(inner) = weak.upgrade() else { return };
-                let Ok(base) = inner.table_inner(&table) else { return };
-                if let Err(e) = backfill(&inner, &base, &name).await {
-                    eprintln!("cellar: indexing the rows of table '{table}' into index '{name}' failed: {e}");
+                let db = Database { inner };
+                if let Err(e) = db.resume_index(&table, &name, phase, kind).await
+                    && !db.inner.shared.closed.load(Ordering::Acquire)
+                {
+                    eprintln!("cellar: index '{name}' of table '{table}' could not resume: {e}");
                 }
             });
         }
+    }
+
+    async fn resume_index(&self, table: &str, name: &str, phase: IndexPhase, kind: IndexKind) -> Result<()> {
+        let base = self.table_inner(table)?;
+        let Some(target) = base.indexes.read().iter().find(|i| i.def.name == name).cloned() else {
+            return Ok(());
+        };
+        let mut refill = phase == IndexPhase::Full;
+        if kind == IndexKind::Global {
+            let tunnel = index_follow::tunnel_of(name);
+            if !self.tunnel_exists(table, &tunnel).await? {
+                self.create_tunnel_named(table, &tunnel, super::tunnel::TunnelType::Stream)
+                    .await?;
+                refill = true;
+            }
+        }
+        if refill {
+            backfill(&self.inner, &base, name).await?;
+        }
+        if kind == IndexKind::Global {
+            index_follow::follow(self, table, target);
+        }
+        Ok(())
     }
 }
 
@@ -334,13 +406,7 @@ pub(super) fn link_loaded(cat: &CatalogFile, tables: &std::collections::BTreeMap
             continue;
         };
         if let Some(def) = &t.index_of {
-            link(
-                base,
-                IndexTarget {
-                    def: def.clone(),
-                    table: t.clone(),
-                },
-            );
+            link(base, IndexTarget::new(def.clone(), t.clone()));
         }
     }
 }
@@ -385,6 +451,7 @@ async fn backfill(inner: &Arc<DbInner>, base: &Arc<TableInner>, name: &str) -> R
             if let Some((k, m)) = target.def.row_of(&key, Some(&state)) {
                 rows.push(SyncRow {
                     base_key: key,
+                    always: Vec::new(),
                     writes: vec![(target.table.clone(), k, m)],
                 });
             }
@@ -396,7 +463,7 @@ async fn backfill(inner: &Arc<DbInner>, base: &Arc<TableInner>, name: &str) -> R
     if !rows.is_empty() {
         sync(inner, base, at, &chains, rows).await?;
     }
-    if target.table.dropped.load(std::sync::atomic::Ordering::Acquire) {
+    if target.table.dropped.load(Ordering::Acquire) {
         return Ok(());
     }
     let db = Database { inner: inner.clone() };
@@ -412,7 +479,7 @@ async fn backfill(inner: &Arc<DbInner>, base: &Arc<TableInner>, name: &str) -> R
     db.commit_catalog(&mut cat, next).await
 }
 
-async fn sync(
+pub(super) async fn sync(
     inner: &DbInner,
     base: &Arc<TableInner>,
     at: u64,

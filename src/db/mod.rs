@@ -27,6 +27,7 @@ mod archive;
 mod background;
 mod catalog;
 mod index;
+mod index_follow;
 mod inner;
 mod load;
 pub(crate) mod lock;
@@ -153,6 +154,10 @@ impl Database {
     /// Table handles (and queued writes, open transactions) keep the
     /// database open; drop them first.
     pub async fn close(self) -> Result<()> {
+        if !self.inner.is_read_only() {
+            // Global indexes catch up first: the next reader finds them so.
+            index_follow::drain(&self).await;
+        }
         let shared = self.inner.shared.clone();
         shared.closed.store(true, Ordering::Release);
         while shared.background_in_flight.load(Ordering::Acquire) > 0 {

@@ -208,7 +208,7 @@ impl Database {
                 wal_cursor: tokio::sync::Mutex::new(None),
             }),
         };
-        db.resume_backfills();
+        db.resume_indexes();
         Ok(db)
     }
 }

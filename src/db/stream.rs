@@ -226,6 +226,19 @@ impl Database {
                 if entry.stream.take().is_none() {
                     return Ok(());
                 }
+                let globals: Vec<String> = t
+                    .indexes
+                    .read()
+                    .iter()
+                    .filter(|i| i.def.kind == crate::model::index::IndexKind::Global)
+                    .map(|i| i.def.name.clone())
+                    .collect();
+                if !globals.is_empty() {
+                    return Err(Error::param(format!(
+                        "global index(es) {} of '{table}' follow its stream; drop them first (DROP INDEX)",
+                        globals.join(", ")
+                    )));
+                }
                 let tunnels = super::tunnel::stream_tunnels(self, &t).await?;
                 if !tunnels.is_empty() {
                     return Err(Error::param(format!(
@@ -408,10 +421,11 @@ impl Database {
             return Err(trimmed(&stream_id));
         }
         let schema = table.full_schema();
+        let keep = state.spec.columns.clone();
         let records = entries
             .into_iter()
             .filter(|(e, _)| e.commit_us >= cutoff)
-            .map(|(e, row_index)| stream_record(&schema, e, row_index))
+            .map(|(e, row_index)| stream_record(&schema, e, row_index, Some(&keep)))
             .collect::<Result<Vec<_>>>()?;
         // A shard split or merged away takes no more records: once read
         // to its end it has no next iterator (read its children next).

@@ -72,15 +72,20 @@ pub struct StreamRecord {
     /// columns (`StreamSpec::columns`) before the write, as
     /// [`StreamColumn::Put`]s; a column the row did not have is left out.
     pub origin: Vec<StreamColumn>,
+    /// The write's sequence number (0 for a tunnel's full-phase row).
+    pub(crate) seq: u64,
 }
 
-/// A log entry as the record readers get.
+/// A log entry as the record readers get; `keep`: the origin columns
+/// they asked for (the log also carries global indexes' key columns).
 pub(crate) fn stream_record(
     schema: &crate::model::schema::TableSchema,
     e: crate::wal::WalEntry,
     row_index: u32,
+    keep: Option<&[String]>,
 ) -> Result<StreamRecord> {
     Ok(StreamRecord {
+        seq: e.seq,
         primary_key: schema.decode_pk(&e.key)?,
         sequence: SequenceInfo {
             epoch: 0,
@@ -97,6 +102,7 @@ pub(crate) fn stream_record(
             .origin
             .unwrap_or_default()
             .into_iter()
+            .filter(|(name, _, _)| keep.is_none_or(|k| k.contains(name)))
             .map(|(name, version, value)| StreamColumn::Put { name, value, version })
             .collect(),
     })

@@ -181,6 +181,25 @@ pub struct ChannelContext {
 /// Called with each batch of records of a channel, in order; an error
 /// stops the worker before the batch is checkpointed (it comes again).
 pub type ProcessFn = dyn Fn(&ChannelContext, &[StreamRecord]) -> Result<()> + Send + Sync;
+/// [`ProcessFn`] that may wait (an index applying records).
+pub(crate) type AsyncProcessFn =
+    dyn Fn(ChannelContext, Vec<StreamRecord>) -> futures::future::BoxFuture<'static, Result<()>> + Send + Sync;
+
+/// A worker's callback.
+#[derive(Clone)]
+pub(crate) enum Processor {
+    Sync(Arc<ProcessFn>),
+    Async(Arc<AsyncProcessFn>),
+}
+
+impl Processor {
+    async fn call(&self, ctx: ChannelContext, records: Vec<StreamRecord>) -> Result<()> {
+        match self {
+            Processor::Sync(f) => f(&ctx, &records),
+            Processor::Async(f) => f(ctx, records).await,
+        }
+    }
+}
 /// Called once a channel is finished, or when the worker stops.
 pub type ShutdownFn = dyn Fn(&ChannelContext) + Send + Sync;
 
@@ -216,6 +235,12 @@ impl Database {
     pub async fn create_tunnel(&self, table: &str, name: &str, kind: TunnelType) -> Result<()> {
         self.inner.writable("a tunnel")?;
         check_name(name)?;
+        self.create_tunnel_named(table, name, kind).await
+    }
+
+    /// [`Database::create_tunnel`] for any name (an index's tunnel has a
+    /// name no user's can have).
+    pub(super) async fn create_tunnel_named(&self, table: &str, name: &str, kind: TunnelType) -> Result<()> {
         let t = self.table_inner(table)?;
         let log = log_of(&t, name);
         let store = &*self.inner.shared.storage.store;
@@ -278,7 +303,12 @@ impl Database {
         let mut out = Vec::new();
         for name in names {
             let t = self.table_inner(&name)?;
-            for tunnel in tunnel_names(self, &t).await? {
+            // An index's tunnel (a name no user's can have) is its own.
+            for tunnel in tunnel_names(self, &t)
+                .await?
+                .into_iter()
+                .filter(|n| check_name(n).is_ok())
+            {
                 out.push(self.describe_tunnel(&name, &tunnel).await?);
             }
         }
@@ -287,6 +317,7 @@ impl Database {
 
     /// A tunnel's stage, channels with their status and checkpoint, and lag.
     pub async fn describe_tunnel(&self, table: &str, name: &str) -> Result<TunnelDescription> {
+        check_name(name)?;
         let t = self.table_inner(table)?;
         let (_, state) = load(self, &t, name).await?;
         let newest = state.channels.iter().map(|c| c.last_commit_us).max().unwrap_or(0);
@@ -325,6 +356,28 @@ impl Database {
     /// Deletes a tunnel and its checkpoints.
     pub async fn delete_tunnel(&self, table: &str, name: &str) -> Result<()> {
         self.inner.writable("a tunnel deletion")?;
+        check_name(name)?;
+        self.delete_tunnel_named(table, name).await
+    }
+
+    /// Whether `table` has a tunnel named `name` (any name).
+    pub(super) async fn tunnel_exists(&self, table: &str, name: &str) -> Result<bool> {
+        let t = self.table_inner(table)?;
+        exists(self, &t, name).await
+    }
+
+    /// The commit time (µs) a tunnel has delivered every record up to, as
+    /// of its last checkpoint: its newest delivered record's, or its
+    /// creation time.
+    pub(super) async fn tunnel_progress_us(&self, table: &str, name: &str) -> Result<u64> {
+        let t = self.table_inner(table)?;
+        let (_, state) = load(self, &t, name).await?;
+        let delivered = state.channels.iter().map(|c| c.last_commit_us).max().unwrap_or(0);
+        Ok(delivered.max(state.created_ms.max(0) as u64 * 1000))
+    }
+
+    /// [`Database::delete_tunnel`] for any name (an index's tunnel).
+    pub(super) async fn delete_tunnel_named(&self, table: &str, name: &str) -> Result<()> {
         let t = self.table_inner(table)?;
         load(self, &t, name).await?;
         delete_prefix(self, &format!("{}/{name}", tunnel_prefix(t.id))).await
@@ -346,10 +399,24 @@ impl Database {
             db: self.clone(),
             table: table.to_string(),
             name: name.to_string(),
-            process,
+            process: Processor::Sync(process),
+            internal: false,
             shutdown,
             stop: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// The worker of an internal tunnel (a global index's).
+    pub(super) fn internal_tunnel_worker(&self, table: &str, name: &str, process: Arc<AsyncProcessFn>) -> TunnelWorker {
+        TunnelWorker {
+            db: self.clone(),
+            table: table.to_string(),
+            name: name.to_string(),
+            process: Processor::Async(process),
+            internal: true,
+            shutdown: Arc::new(|_| {}),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
     }
 }
 
@@ -406,7 +473,6 @@ pub(super) async fn stream_tunnels(db: &Database, t: &TableInner) -> Result<Vec<
 }
 
 async fn load(db: &Database, t: &TableInner, name: &str) -> Result<(u64, TunnelState)> {
-    check_name(name)?;
     log_of(t, name)
         .load::<TunnelState>(&*db.inner.shared.storage.store)
         .await?
@@ -434,7 +500,9 @@ pub struct TunnelWorker {
     db: Database,
     table: String,
     name: String,
-    process: Arc<ProcessFn>,
+    process: Processor,
+    /// An index's tunnel (its records keep every origin column).
+    internal: bool,
     shutdown: Arc<ShutdownFn>,
     stop: Arc<AtomicBool>,
 }
@@ -559,6 +627,7 @@ impl TunnelWorker {
                 .into_iter()
                 .enumerate()
                 .map(|(i, row)| StreamRecord {
+                    seq: 0,
                     action: StreamAction::PutRow,
                     primary_key: row.primary_key,
                     columns: row
@@ -580,11 +649,12 @@ impl TunnelWorker {
                     origin: Vec::new(),
                 })
                 .collect();
+            let delivered = records.len() as u64;
             if !records.is_empty() {
-                (self.process)(&ctx, &records)?;
+                self.process.call(ctx.clone(), records).await?;
             }
             let channel = &mut state.channels[0];
-            channel.delivered += records.len() as u64;
+            channel.delivered += delivered;
             match page.next_start {
                 Some(next) => channel.next_key = Some(crate::segment::hex_encode(&t.schema.encode_pk(&next)?)),
                 None => {
@@ -693,25 +763,34 @@ impl TunnelWorker {
             return Err(behind(&self.table, &self.name, &c.id));
         }
         let schema = t.full_schema();
+        // A user's tunnel sees the origin columns its stream names; an
+        // index's sees its key columns too.
+        let keep = (!self.internal).then(|| shards.origin_columns());
         let mut last_commit_us = c.last_commit_us;
         let mut records = Vec::with_capacity(entries.len());
         for (e, row_index) in entries {
             last_commit_us = last_commit_us.max(e.commit_us);
             // What the full phase's snapshot holds already.
             if e.seq > above {
-                records.push(stream_record(&schema, e, row_index)?);
+                records.push(stream_record(
+                    &schema,
+                    e,
+                    row_index,
+                    keep.as_ref().map(|k| k.as_slice()),
+                )?);
             }
         }
         let moved = next != from;
+        let delivered = records.len() as u64;
         if !records.is_empty() {
-            (self.process)(&ctx, &records)?;
+            self.process.call(ctx.clone(), records).await?;
         }
         let closed = t.state.read().part_by_id(part).is_none();
         // (Synced first: records appended before it closed may not be.)
         let finished = closed && log.fully_synced() && log.read(next, 1)?.is_some_and(|(rest, _)| rest.is_empty());
         let c = &mut state.channels[i];
         c.position = Some([next.file, next.offset as u64, next.skip as u64]);
-        c.delivered += records.len() as u64;
+        c.delivered += delivered;
         c.last_commit_us = last_commit_us;
         if finished {
             c.status = ChannelStatus::Finished;

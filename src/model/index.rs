@@ -297,27 +297,7 @@ impl IndexDef {
             let i = cells.binary_search_by(|(n, _)| n.as_str().cmp(c)).ok()?;
             cells[i].1.first().map(|cell| (cell.version, &cell.value))
         };
-        let parts = key_parts(base_key, &self.base_types)?;
-        let mut key = Vec::with_capacity(base_key.len() + 16);
-        let mut marker: Option<i64> = None;
-        for src in &self.sources {
-            match src {
-                KeySource::Pk(i) => key.extend_from_slice(parts.get(*i)?),
-                KeySource::Column(c) => {
-                    let (version, value) = newest(c)?;
-                    let pk = match value {
-                        Value::Integer(i) => PkValue::Integer(*i),
-                        Value::String(s) if s.len() <= MAX_PK_VALUE_BYTES => PkValue::String(s.clone()),
-                        Value::Binary(b) if b.len() <= MAX_PK_VALUE_BYTES => PkValue::Binary(b.clone()),
-                        // A value written before the column was declared,
-                        // of a type no key can hold: not indexable.
-                        _ => return None,
-                    };
-                    key::encode_value(&mut key, &pk);
-                    marker = Some(marker.map_or(version, |m| m.min(version)));
-                }
-            }
-        }
+        let (key, marker) = self.key_with(base_key, newest)?;
         let marker = marker.unwrap_or_else(|| {
             let newest_cell = cells.iter().filter_map(|(_, c)| c.first().map(|c| c.version)).max();
             newest_cell.max(state.row_ts).unwrap_or(0)
@@ -334,6 +314,48 @@ impl IndexDef {
                 cells: included,
             },
         ))
+    }
+
+    /// The index key of a base row whose index columns have the values
+    /// (and versions) `value` gives, and the oldest of those versions
+    /// (`None`: the key has no attribute column). `None`: a value is
+    /// missing or no key can hold it.
+    pub(crate) fn key_with<'a>(
+        &self,
+        base_key: &[u8],
+        value: impl Fn(&str) -> Option<(i64, &'a Value)>,
+    ) -> Option<(Vec<u8>, Option<i64>)> {
+        let parts = key_parts(base_key, &self.base_types)?;
+        let mut key = Vec::with_capacity(base_key.len() + 16);
+        let mut marker: Option<i64> = None;
+        for src in &self.sources {
+            match src {
+                KeySource::Pk(i) => key.extend_from_slice(parts.get(*i)?),
+                KeySource::Column(c) => {
+                    let (version, value) = value(c)?;
+                    let pk = match value {
+                        Value::Integer(i) => PkValue::Integer(*i),
+                        Value::String(s) if s.len() <= MAX_PK_VALUE_BYTES => PkValue::String(s.clone()),
+                        Value::Binary(b) if b.len() <= MAX_PK_VALUE_BYTES => PkValue::Binary(b.clone()),
+                        // A value written before the column was declared,
+                        // of a type no key can hold: not indexable.
+                        _ => return None,
+                    };
+                    key::encode_value(&mut key, &pk);
+                    marker = Some(marker.map_or(version, |m| m.min(version)));
+                }
+            }
+        }
+        Some((key, marker))
+    }
+
+    /// The attribute columns the index is keyed by (what a global index
+    /// needs each write's stream record to carry the old values of).
+    pub(crate) fn key_attribute_columns(&self) -> impl Iterator<Item = &str> {
+        self.sources.iter().filter_map(|s| match s {
+            KeySource::Column(c) => Some(c.as_str()),
+            KeySource::Pk(_) => None,
+        })
     }
 
     /// The index writes a base write makes: the old index row goes (when

@@ -300,6 +300,22 @@ pub(crate) struct TableInner {
 pub(crate) struct IndexTarget {
     pub def: Arc<IndexDef>,
     pub table: Arc<TableInner>,
+    /// A global index's follower: held while it applies records (a drop
+    /// waits for it), and the commit time (µs) of the newest record
+    /// applied, for its lag.
+    pub follower: Arc<tokio::sync::Mutex<()>>,
+    pub applied_us: Arc<AtomicU64>,
+}
+
+impl IndexTarget {
+    pub fn new(def: Arc<IndexDef>, table: Arc<TableInner>) -> Self {
+        IndexTarget {
+            def,
+            table,
+            follower: Arc::default(),
+            applied_us: Arc::default(),
+        }
+    }
 }
 
 /// A table's place in an object store.
@@ -439,12 +455,6 @@ impl TableInner {
         }
     }
 
-    /// Whether the table has a local index (a cheap test for the committer).
-    pub fn has_local_indexes(&self) -> bool {
-        let all = self.indexes.read();
-        !all.is_empty() && all.iter().any(|i| i.def.kind == crate::model::index::IndexKind::Local)
-    }
-
     /// The table's local indexes, when it has any: each write must then
     /// know its row before it (see `PendingWrite::before`).
     pub fn local_indexes(&self) -> Option<Vec<IndexTarget>> {
@@ -460,11 +470,31 @@ impl TableInner {
     /// The columns whose values before each write the table's stream
     /// records (`None`: no stream, or one without such columns).
     pub fn origin_columns(&self) -> Option<Arc<Vec<String>>> {
-        self.stream
-            .read()
-            .as_ref()
-            .map(|s| s.origin_columns())
-            .filter(|c| !c.is_empty())
+        let stream = self.stream.read().as_ref().map(|s| s.origin_columns())?;
+        // A global index needs the old values of its key columns.
+        let indexes = self.indexes.read();
+        let global = indexes
+            .iter()
+            .filter(|i| i.def.kind == crate::model::index::IndexKind::Global)
+            .flat_map(|i| i.def.key_attribute_columns())
+            .filter(|c| !stream.iter().any(|s| s == c));
+        let mut extra: Vec<String> = Vec::new();
+        for c in global {
+            if !extra.iter().any(|e| e == c) {
+                extra.push(c.to_string());
+            }
+        }
+        if extra.is_empty() {
+            return Some(stream).filter(|c| !c.is_empty());
+        }
+        let mut all = (*stream).clone();
+        all.extend(extra);
+        Some(Arc::new(all))
+    }
+
+    /// Whether the table has an index (every write then reads its row).
+    pub fn has_indexes(&self) -> bool {
+        !self.indexes.read().is_empty()
     }
 
     /// The schema with the current declared columns.

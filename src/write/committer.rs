@@ -395,10 +395,8 @@ impl CommitState {
                             // A write prepared before its table had a local
                             // index did not read its row: it cannot keep
                             // the index, so it is refused (the writer retries).
-                            let unread = || {
-                                (w.before.is_none() && w.table.has_local_indexes())
-                                    .then(|| index::unread_error(&w.table))
-                            };
+                            let unread =
+                                || (w.before.is_none() && w.table.has_indexes()).then(|| index::unread_error(&w.table));
                             if let Some(e) = locked.or_else(unread) {
                                 refused.push((group.len() + i, e));
                             }
@@ -431,7 +429,7 @@ impl CommitState {
                     Ok(()) if table.read_only.load(Ordering::Acquire) => {
                         let _ = done.send(Err(table.read_only_error()));
                     }
-                    Ok(()) if writes.iter().any(|w| w.before.is_none()) && table.has_local_indexes() => {
+                    Ok(()) if writes.iter().any(|w| w.before.is_none()) && table.has_indexes() => {
                         let _ = done.send(Err(index::unread_error(&table)));
                     }
                     Ok(()) => {
@@ -633,7 +631,7 @@ fn commit_group(
     host.wal_bytes().fetch_add(payload.len() as u64, Ordering::Relaxed);
     *next_seq = last + 1;
     *last_commit_us = commit_us;
-    append_streams(group, first, commit_us, payload);
+    append_streams(group, first, commit_us, payload, indexed.is_empty());
     let mut current: Option<(u64, Arc<crate::memtable::Memtable>)> = None;
     for (i, w) in group.drain(..).enumerate() {
         let active = match &current {
@@ -663,7 +661,10 @@ fn commit_group(
 /// shard's log, see `StreamLog::sync`; each shard's in the group's order.
 /// A failed append stops the log (`StreamLog::fail`): the write is in the
 /// WAL, which then keeps it for the next open to put into the log.
-fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &mut Vec<u8>) {
+///
+/// `only_group`: the payload holds the group's writes alone (no index
+/// writes), so a group of one shard can be its record as it is.
+fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &mut Vec<u8>, only_group: bool) {
     type Shard = (u64, u64, Arc<crate::stream::StreamLog>);
     // Each write's shard (index into `logs`), if its table has a stream.
     let mut logs: Vec<Shard> = Vec::new();
@@ -696,6 +697,7 @@ fn append_streams(group: &[PendingWrite], first: u64, commit_us: u64, payload: &
         shard_of.push(at);
     }
     if let [(_, _, log)] = &logs[..]
+        && only_group
         && shard_of.iter().all(|s| *s == Some(0))
     {
         // The whole group is one shard's: its stream record is the WAL's.

@@ -48,7 +48,8 @@ pub(crate) fn refuse_index_write(t: &TableInner) -> Result<()> {
 
 /// Refuses a value no index key can hold in a column an index of `t` is
 /// keyed by; returns whether the write must read its row (`t` has a local
-/// index).
+/// index: a local one's writes and a global one's stream origin come from
+/// it).
 pub(crate) fn check_values(t: &TableInner, w: &RowWrite) -> Result<bool> {
     let indexes = t.indexes.read().clone();
     if indexes.is_empty() {
@@ -71,13 +72,11 @@ pub(crate) fn check_values(t: &TableInner, w: &RowWrite) -> Result<bool> {
             RowWrite::Delete(_) => {}
         }
     }
-    Ok(indexes
-        .iter()
-        .any(|i| i.def.kind == crate::model::index::IndexKind::Local))
+    Ok(true)
 }
 
 /// The error for a write that reached the committer without its row read
-/// while its table has a local index (one was created meanwhile).
+/// while its table has an index (one was created meanwhile).
 pub(crate) fn unread_error(t: &TableInner) -> Error {
     Error::new(
         ErrorKind::RowOperationConflict,
@@ -120,6 +119,10 @@ pub(crate) fn index_writes(group: &[PendingWrite], first: u64) -> Vec<IndexWrite
 /// [`CommitMsg::IndexSync`]: super::committer::CommitMsg::IndexSync
 pub(crate) struct SyncRow {
     pub base_key: Vec<u8>,
+    /// Committed whatever happened to the base row since the snapshot
+    /// (deletes of index rows the row can no longer have).
+    pub always: Vec<(Arc<TableInner>, Vec<u8>, Mutation)>,
+    /// Committed only if the base row had no write since the snapshot.
     pub writes: Vec<(Arc<TableInner>, Vec<u8>, Mutation)>,
 }
 
@@ -149,14 +152,12 @@ pub(crate) fn sync_writes(
     let mut out = Vec::new();
     for row in rows {
         let key = &row.base_key[..];
-        if in_group.contains(key) || mems.iter().any(|m| m.written_after(key, at)) {
-            continue;
-        }
-        out.extend(
-            row.writes
-                .into_iter()
-                .map(|(table, key, mutation)| PendingWrite::plain(table, key, mutation)),
-        );
+        let changed = in_group.contains(key) || mems.iter().any(|m| m.written_after(key, at));
+        let writes = row
+            .always
+            .into_iter()
+            .chain((!changed).then_some(row.writes).into_iter().flatten());
+        out.extend(writes.map(|(table, key, mutation)| PendingWrite::plain(table, key, mutation)));
     }
     out
 }

@@ -301,7 +301,7 @@ async fn create_index_rules_are_refused_with_what_is_accepted() {
         .unwrap_err();
     assert!(e.to_string().contains("refuse writes"), "{e}");
     assert_eq!(db.list_tables(), vec!["t".to_string()]);
-    let listed = db.list_indexes("t").unwrap();
+    let listed = db.list_indexes("t").await.unwrap();
     assert_eq!(listed.len(), 5);
     assert_eq!(listed[0].primary_key, vec!["card", "seller", "order"]);
     assert_eq!(listed[0].phase, IndexPhase::Incr);
@@ -372,15 +372,15 @@ async fn local_indexes_follow_every_write_across_flushes_compactions_and_reopens
         for _ in 0..20 {
             let _ = db.table("t").unwrap().write(random_write(&mut rng, T0)).await;
         }
-        let indexes: [(&str, &[&str], &[&str]); 3] = [
-            ("by_seller", &["card", "seller"], &["note", "price"]),
-            ("by_price", &["card", "price", "seller"], &[]),
-            ("by_order", &["card", "order"], &["seller"]),
+        let indexes: [(&str, &[&str], &[&str], IndexKind); 5] = [
+            ("by_seller", &["card", "seller"], &["note", "price"], IndexKind::Local),
+            ("by_price", &["card", "price", "seller"], &[], IndexKind::Local),
+            ("by_order", &["card", "order"], &["seller"], IndexKind::Local),
+            ("g_seller", &["seller", "price"], &["note"], IndexKind::Global),
+            ("g_order", &["order"], &["seller"], IndexKind::Global),
         ];
-        for (name, cols, inc) in indexes {
-            db.create_index("t", spec(name, cols, inc, IndexKind::Local))
-                .await
-                .unwrap();
+        for (name, cols, inc, kind) in indexes {
+            db.create_index("t", spec(name, cols, inc, kind)).await.unwrap();
         }
         for step in 0..40 {
             let t = db.table("t").unwrap();
@@ -430,7 +430,12 @@ async fn local_indexes_follow_every_write_across_flushes_compactions_and_reopens
                 }
                 _ => {}
             }
-            for (name, cols, inc) in indexes {
+            for (name, cols, inc, kind) in indexes {
+                if kind == IndexKind::Global {
+                    db.wait_for_index(name, std::time::Duration::from_secs(20))
+                        .await
+                        .unwrap();
+                }
                 assert_index(&db, name, cols, inc, &format!("(seed {seed}, step {step})")).await;
             }
         }
@@ -510,5 +515,50 @@ async fn sql_creates_reads_and_drops_indexes() {
     assert!(db.table("orders_local").is_err());
     let e = run(&sql, "DROP INDEX orders_local").await.unwrap_err();
     assert!(e.contains("does not exist"), "{e}");
-    assert_eq!(db.list_indexes("orders").unwrap().len(), 1);
+    assert_eq!(db.list_indexes("orders").await.unwrap().len(), 1);
+}
+
+/// A table whose only index is global: every kind of write reaches it
+/// through the stream, across reopens, and a close leaves it caught up.
+#[tokio::test]
+async fn a_global_index_alone_follows_writes_across_reopens() {
+    let (dir, clock, mut db) = fresh().await;
+    let mut rng = StdRng::seed_from_u64(7);
+    for _ in 0..30 {
+        let _ = db.table("t").unwrap().write(random_write(&mut rng, T0)).await;
+    }
+    db.create_index("t", spec("g", &["seller"], &["price"], IndexKind::Global))
+        .await
+        .unwrap();
+    // The stream it follows was enabled for it, and cannot be disabled.
+    let e = db
+        .change_stream(
+            "t",
+            StreamChange {
+                enable: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("global index"), "{e}");
+    for round in 0..4 {
+        let t = db.table("t").unwrap();
+        for _ in 0..5 {
+            let batch = (0..20).map(|_| random_write(&mut rng, T0)).collect();
+            for r in t.write_batch(batch).await.unwrap() {
+                if let Err(e) = r {
+                    assert_eq!(e.kind(), ErrorKind::ConditionCheckFail, "{e}");
+                }
+            }
+        }
+        drop(t);
+        // A close applies what the stream holds: the next open finds it
+        // caught up before its follower runs again.
+        db.close().await.unwrap();
+        db = open(dir.path(), &clock).await;
+        assert_index(&db, "g", &["seller"], &["price"], &format!("after reopen {round}")).await;
+        let info = db.describe_index("g").await.unwrap();
+        assert_eq!((info.phase, info.lag_ms), (IndexPhase::Incr, 0), "{info:?}");
+    }
 }
