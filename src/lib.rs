@@ -57,7 +57,7 @@ pub use db::{
     ChannelContext, ChannelStatus, ProcessFn, ShutdownFn, TunnelChannel, TunnelDescription, TunnelStage, TunnelType,
     TunnelWorker,
 };
-pub use db::{IndexInfo, IndexPhase};
+pub use db::{IndexCheck, IndexInfo, IndexPhase};
 pub use error::{Error, ErrorKind, Result};
 pub use model::api::{
     ColumnValue, Condition, DeleteRow, Direction, GetRange, GetRow, GetRowResult, MAX_RANGE_BYTES, MAX_RANGE_ROWS,

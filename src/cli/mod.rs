@@ -558,8 +558,48 @@ async fn check(dir: &std::path::Path, table: Option<&str>, legacy: bool) -> Resu
     }
     let damaged = report.damaged();
     out.push_str(&format!("checked {} files: {damaged} damaged\n", report.files.len()));
+    // Then each index against its table, on the data (read-only, beside a
+    // writer if there is one), once the files are sound.
+    let mut bad_indexes = 0;
+    if damaged == 0 {
+        let db = Database::open_read_only(dir).await?;
+        let checks = db.check_indexes(table).await?;
+        for c in &checks {
+            let what = format!("index {} of {}", c.index, c.table);
+            if c.is_exact() {
+                out.push_str(&format!("ok       {what}: {} rows\n", c.index_rows));
+                continue;
+            }
+            let summary = format!(
+                "{} missing, {} extra, {} different of {} rows; {}",
+                c.missing,
+                c.extra,
+                c.different,
+                c.index_rows,
+                c.examples.join("; ")
+            );
+            if c.lag_ms > 0 {
+                out.push_str(&format!(
+                    "note     {what}: {} ms behind its table (a global index catches up while the database is open \
+                     for writing): {summary}\n",
+                    c.lag_ms
+                ));
+            } else {
+                bad_indexes += 1;
+                out.push_str(&format!(
+                    "DAMAGED  {what}: {summary} (drop and create it again to rebuild it)\n"
+                ));
+            }
+        }
+        if !checks.is_empty() {
+            out.push_str(&format!(
+                "checked {} indexes: {bad_indexes} differ from their tables\n",
+                checks.len()
+            ));
+        }
+    }
     stdout::stdout()
         .write_all(out.as_bytes())
         .map_err(|e| Error::io("write to stdout", e))?;
-    Ok(if damaged == 0 { 0 } else { 3 })
+    Ok(if damaged == 0 && bad_indexes == 0 { 0 } else { 3 })
 }

@@ -562,3 +562,62 @@ async fn a_global_index_alone_follows_writes_across_reopens() {
         assert_eq!((info.phase, info.lag_ms), (IndexPhase::Incr, 0), "{info:?}");
     }
 }
+
+/// `cellar check` compares each index with its table: exact ones are
+/// `ok`; an index made without its table's existing rows lacks them.
+#[tokio::test]
+async fn cellar_check_compares_indexes_with_their_tables() {
+    let (dir, _clock, db) = fresh().await;
+    let t = db.table("t").unwrap();
+    for i in 0..50i64 {
+        let p = PutRow::new(pk(i % 3, &format!("o{i}")))
+            .column("seller", format!("s{}", i % 7))
+            .column("price", i);
+        t.put_row(p).await.unwrap();
+    }
+    t.flush().await.unwrap();
+    db.create_index(
+        "t",
+        spec("by_seller", &["card", "seller"], &["price"], IndexKind::Local),
+    )
+    .await
+    .unwrap();
+    db.create_index("t", spec("g", &["price"], &[], IndexKind::Global))
+        .await
+        .unwrap();
+    let mut late = spec("late", &["card", "price"], &[], IndexKind::Local);
+    late.include_base_data = false;
+    db.create_index("t", late).await.unwrap();
+    for i in 50..60i64 {
+        t.put_row(
+            PutRow::new(pk(1, &format!("o{i}")))
+                .column("seller", "new")
+                .column("price", i),
+        )
+        .await
+        .unwrap();
+    }
+    t.delete_row(DeleteRow::new(pk(0, "o0"))).await.unwrap();
+    let checks = db.check_indexes(Some("t")).await.unwrap();
+    let by = |n: &str| checks.iter().find(|c| c.index == n).unwrap().clone();
+    assert!(by("by_seller").is_exact(), "{:?}", by("by_seller"));
+    assert_eq!(by("by_seller").index_rows, 59);
+    assert!(by("g").is_exact(), "{:?}", by("g"));
+    let late = by("late");
+    assert_eq!((late.missing, late.extra, late.index_rows), (49, 0, 10), "{late:?}");
+    assert!(late.examples[0].contains("missing index row"), "{late:?}");
+    drop(t);
+    db.close().await.unwrap();
+    let (code, out, _) = run_cli(dir.path(), &["check"], "");
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("ok       index by_seller of t: 59 rows"), "{out}");
+    assert!(out.contains("ok       index g of t: 59 rows"), "{out}");
+    assert!(out.contains("DAMAGED  index late of t: 49 missing, 0 extra"), "{out}");
+    assert!(out.contains("checked 3 indexes: 1 differ"), "{out}");
+    // Dropping it leaves a clean check.
+    let db = Database::open(dir.path()).await.unwrap();
+    db.drop_index("t", "late").await.unwrap();
+    db.close().await.unwrap();
+    let (code, out, _) = run_cli(dir.path(), &["check"], "");
+    assert_eq!(code, 0, "{out}");
+}
