@@ -22,6 +22,9 @@ use crate::model::types::Value;
 use crate::read::MergeScan;
 use crate::state::TableInner;
 
+/// A row's columns and newest values, by name.
+type Cells = Vec<(String, Value)>;
+
 /// Examples of differences a check reports, at most.
 const EXAMPLES: usize = 5;
 
@@ -124,7 +127,7 @@ async fn compare(db: &Database, base: &TableInner, index: &TableInner) -> Result
     // it expire with the first of its key cells (see `IndexDef::row_of`).
     let now = db.inner.now_ms();
     let options = *base.options.read();
-    let mut expected: Vec<(Vec<u8>, Vec<(String, Value)>)> = Vec::new();
+    let mut expected: Vec<(Vec<u8>, Cells)> = Vec::new();
     for snap in &base_snaps {
         let mut scan = MergeScan::new(snap, snap.range.clone(), false, None);
         while let Some((key, state)) = scan.next().await? {
