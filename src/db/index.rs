@@ -158,7 +158,7 @@ impl Database {
             t.index_of = Some(def.clone());
             let t = Arc::new(t);
             self.inner.shared.tables.write().insert(spec.name.clone(), t.clone());
-            let target = IndexTarget::new(def, t);
+            let target = IndexTarget::new(def, t, phase == IndexPhase::Full);
             link(&base, target.clone());
             (base, target, phase)
         };
@@ -216,17 +216,16 @@ impl Database {
     /// The indexes of `table` (ListIndex), by name.
     pub async fn list_indexes(&self, table: &str) -> Result<Vec<IndexInfo>> {
         let base = self.table_inner(table)?;
-        let phases = self.index_phases();
         let targets: Vec<IndexTarget> = base.indexes.read().iter().cloned().collect();
         let mut out = Vec::with_capacity(targets.len());
         for i in &targets {
             out.push(IndexInfo {
                 def: (*i.def).clone(),
                 primary_key: i.table.schema.primary_key.iter().map(|c| c.name.clone()).collect(),
-                phase: phases
-                    .iter()
-                    .find(|(id, _)| *id == i.table.id)
-                    .map_or(IndexPhase::Incr, |(_, p)| *p),
+                phase: match i.building.load(Ordering::Acquire) {
+                    true => IndexPhase::Full,
+                    false => IndexPhase::Incr,
+                },
                 lag_ms: index_follow::lag_ms(self, &base, i).await?,
             });
         }
@@ -257,23 +256,6 @@ impl Database {
             return Err(Error::param(format!("'{name}' is a table, not an index")));
         }
         Ok(t)
-    }
-
-    fn index_phases(&self) -> Vec<(u64, IndexPhase)> {
-        match self.inner.catalog.try_lock() {
-            Ok(cat) => phases_of(&cat.1),
-            // DDL is running: the phase it may be changing shows as FULL
-            // until it is done.
-            Err(_) => self
-                .inner
-                .shared
-                .tables
-                .read()
-                .values()
-                .filter(|t| t.index_of.is_some())
-                .map(|t| (t.id, IndexPhase::Full))
-                .collect(),
-        }
     }
 
     /// Drops the indexes of `table` (before the table itself goes).
@@ -347,13 +329,6 @@ fn not_an_index(name: &str) -> Error {
     Error::new(ErrorKind::ObjectNotExist, format!("index '{name}' does not exist"))
 }
 
-fn phases_of(cat: &CatalogFile) -> Vec<(u64, IndexPhase)> {
-    cat.tables
-        .iter()
-        .filter_map(|e| e.index.as_ref().map(|r| (e.id, r.phase)))
-        .collect()
-}
-
 /// An index table's options: one version, its table's TTL and write
 /// window.
 pub(super) fn index_options(base: &TableOptions) -> TableOptions {
@@ -406,7 +381,10 @@ pub(super) fn link_loaded(cat: &CatalogFile, tables: &std::collections::BTreeMap
             continue;
         };
         if let Some(def) = &t.index_of {
-            link(base, IndexTarget::new(def.clone(), t.clone()));
+            link(
+                base,
+                IndexTarget::new(def.clone(), t.clone(), r.phase == IndexPhase::Full),
+            );
         }
     }
 }
@@ -476,7 +454,9 @@ async fn backfill(inner: &Arc<DbInner>, base: &Arc<TableInner>, name: &str) -> R
             r.phase = IndexPhase::Incr;
         }
     }
-    db.commit_catalog(&mut cat, next).await
+    db.commit_catalog(&mut cat, next).await?;
+    target.building.store(false, Ordering::Release);
+    Ok(())
 }
 
 pub(super) async fn sync(

@@ -135,6 +135,28 @@ impl Table {
         self.inner.snapshots(&self.db.shared().visible_seq)
     }
 
+    /// The table's indexes as tables, each with its definition and
+    /// whether it is complete (not being built).
+    pub(crate) fn index_tables(&self) -> Vec<(Arc<crate::model::index::IndexDef>, Table, bool)> {
+        self.inner
+            .indexes
+            .read()
+            .iter()
+            .map(|i| {
+                let building = i.building.load(std::sync::atomic::Ordering::Acquire);
+                (i.def.clone(), Table::new(self.db.clone(), i.table.clone()), !building)
+            })
+            .collect()
+    }
+
+    /// Snapshots of this table and of `other` at one sequence (an index
+    /// and its table read together).
+    pub(crate) fn snapshots_with(&self, other: &Table) -> (Vec<crate::state::Snapshot>, Vec<crate::state::Snapshot>) {
+        let seq =
+            std::sync::atomic::AtomicU64::new(self.db.shared().visible_seq.load(std::sync::atomic::Ordering::Acquire));
+        (self.inner.snapshots(&seq), other.inner.snapshots(&seq))
+    }
+
     /// The database clock, in milliseconds.
     pub(crate) fn now_ms(&self) -> i64 {
         self.db.now_ms()

@@ -73,7 +73,10 @@ impl SchemaProvider for CellarSchema {
             return Ok(Some(Arc::new(super::series::SeriesTable::new(&self.db, s))));
         }
         match self.db.table(name) {
-            Ok(t) => Ok(Some(Arc::new(CellarTable::new(t)))),
+            Ok(t) => {
+                let hint = super::index_scan::hint_for(name);
+                Ok(Some(Arc::new(CellarTable::new(t).with_hint(hint))))
+            }
             Err(e) if e.kind() == crate::ErrorKind::ObjectNotExist => Ok(None),
             Err(e) => Err(DataFusionError::External(Box::new(e))),
         }

@@ -77,6 +77,7 @@ mod errors;
 mod export;
 mod import;
 mod index_ddl;
+mod index_scan;
 mod insert;
 mod messages;
 mod ordered_scan;
@@ -205,7 +206,8 @@ impl SqlSession {
             let copy = copy.map_err(errors::df_err)?;
             return copy_from::execute(self, copy).await.map_err(errors::df_err);
         }
-        let mut stmts = parse_bounded(sql)
+        let (sql, hints) = index_scan::strip_hints(sql);
+        let mut stmts = parse_bounded(&sql)
             .await
             .map_err(|e| messages::reword(e, &self.db, None))?;
         if stmts.len() != 1 {
@@ -219,7 +221,10 @@ impl SqlSession {
         if let Some(target) = &insert {
             messages::check_insert(&self.db, &stmt, target)?;
         }
-        self.run(stmt)
+        // The hints reach the table providers made while this statement
+        // is planned (on this task).
+        index_scan::HINTS
+            .scope(hints, self.run(stmt))
             .await
             .map_err(|e| messages::reword(e, &self.db, insert.as_ref()))
     }

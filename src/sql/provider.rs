@@ -14,10 +14,14 @@ use datafusion::common::{DFSchema, Result as DfResult, plan_err};
 use datafusion::datasource::TableType;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 
 use super::dml::DmlExec;
 use super::errors::df_err;
+use super::index_scan::{self, Candidate, Choice, IndexHint, IndexLookupExec};
 use super::insert::insert_plan;
 use super::prune::StatsPruner;
 use super::pushdown::{self, KeyPlan};
@@ -35,6 +39,12 @@ pub struct CellarTable {
     table: Table,
     schema: SchemaRef,
     cols: Vec<OutCol>,
+    /// The statement's `USE INDEX`, and the table's indexes as of its
+    /// planning (one list for the pushdown and the scan).
+    hint: IndexHint,
+    indexes: Vec<Candidate>,
+    /// For a scan of an index in place of its table: the table's name.
+    via: Option<String>,
 }
 
 impl fmt::Debug for CellarTable {
@@ -87,11 +97,25 @@ impl CellarTable {
             fields.push(Field::new(&name, arrow_type(ty), true));
             cols.push(OutCol::Attr { name, ty });
         }
+        let indexes = table
+            .index_tables()
+            .into_iter()
+            .map(|(def, table, complete)| Candidate { def, table, complete })
+            .collect();
         CellarTable {
             table,
             schema: Arc::new(Schema::new(fields)),
             cols,
+            hint: IndexHint::Auto,
+            indexes,
+            via: None,
         }
+    }
+
+    /// The same table under a statement's `USE INDEX`.
+    pub(crate) fn with_hint(mut self, hint: IndexHint) -> Self {
+        self.hint = hint;
+        self
     }
 
     /// The schema of a table with no data yet: its key and declared columns.
@@ -238,7 +262,10 @@ impl CellarTable {
             cols,
             schema,
             limit,
-            plan.description,
+            match &self.via {
+                Some(base) => format!("{}] index_of=[{base}", plan.description),
+                None => plan.description,
+            },
         ))
     }
 }
@@ -366,7 +393,8 @@ impl TableProvider for CellarTable {
     }
 
     fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(pushdown::plan(self.table.schema(), filters).support(TableProviderFilterPushDown::Inexact))
+        let choice = index_scan::choose(&self.table, &self.indexes, &self.hint, filters)?;
+        Ok(choice.plan().support(TableProviderFilterPushDown::Inexact))
     }
 
     async fn scan(
@@ -376,25 +404,18 @@ impl TableProvider for CellarTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let plan = self.key_plan(filters);
-        // A LIMIT reaches the scan only when every filter is exact.
-        let limit = if plan.exact.iter().all(|e| *e) { limit } else { None };
-        let inexact: Vec<Expr> = filters
-            .iter()
-            .zip(&plan.exact)
-            .filter(|(_, e)| !**e)
-            .map(|(f, _)| f.clone())
-            .collect();
-        let pruner = self.pruner(state, &inexact);
-        let row_filter = self.row_filter(state, &inexact, projection);
-        let n = state.config().target_partitions();
-        let mut exec = self.scan_plan(projection, plan, limit, n).await?;
-        if let Some((p, text)) = pruner {
-            exec.filter = Some(p);
-            exec.pruning = text;
+        if self.indexes.is_empty() {
+            return self.table_scan(state, projection, filters, limit).await;
         }
-        exec.row_filter = row_filter;
-        Ok(Arc::new(exec))
+        let refs: Vec<&Expr> = filters.iter().collect();
+        self.index_scan(
+            state,
+            projection,
+            filters,
+            limit,
+            index_scan::choose(&self.table, &self.indexes, &self.hint, &refs)?,
+        )
+        .await
     }
 
     async fn insert_into(
@@ -439,6 +460,155 @@ impl TableProvider for CellarTable {
 }
 
 impl CellarTable {
+    /// A scan of the table itself (its key ranges).
+    async fn table_scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let plan = self.key_plan(filters);
+        // A LIMIT reaches the scan only when every filter is exact.
+        let limit = if plan.exact.iter().all(|e| *e) { limit } else { None };
+        let inexact: Vec<Expr> = filters
+            .iter()
+            .zip(&plan.exact)
+            .filter(|(_, e)| !**e)
+            .map(|(f, _)| f.clone())
+            .collect();
+        let pruner = self.pruner(state, &inexact);
+        let row_filter = self.row_filter(state, &inexact, projection);
+        let n = state.config().target_partitions();
+        let mut exec = self.scan_plan(projection, plan, limit, n).await?;
+        if let Some((p, text)) = pruner {
+            exec.filter = Some(p);
+            exec.pruning = text;
+        }
+        exec.row_filter = row_filter;
+        Ok(Arc::new(exec))
+    }
+
+    /// The scan of a table with indexes (see `sql/index_scan.rs`): the
+    /// table, or the chosen index in place of the table when it has every
+    /// column needed, else a lookup of the table rows its entries name when
+    /// few enough (else the table). The pushdown of other subsets of the
+    /// filters may have chosen otherwise and claimed other filters exact,
+    /// so every filter the path taken does not apply exactly is checked on
+    /// its rows here (a lookup checks them all: a global index may be
+    /// behind).
+    async fn index_scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+        choice: Choice,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let wanted: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.cols.len()).collect(),
+        };
+        let names: Vec<String> = wanted.iter().map(|i| self.schema.field(*i).name().clone()).collect();
+        #[allow(clippy::large_enum_variant)]
+        enum Path {
+            Table,
+            Covering(Candidate),
+            Lookup(Candidate),
+        }
+        let (path, plan) = match choice {
+            Choice::Table(plan) => (Path::Table, plan),
+            Choice::Index(c, plan) => {
+                let in_index = |n: &String| c.table.schema().is_pk_column(n) || c.def.include.contains(n);
+                // What a covering scan returns: the columns wanted and those
+                // of the filters its keys do not apply.
+                let mut needed = names.clone();
+                for (f, exact) in filters.iter().zip(&plan.exact) {
+                    if !*exact {
+                        needed.extend(f.column_refs().into_iter().map(|c| c.name.clone()));
+                    }
+                }
+                if needed.iter().all(in_index) {
+                    (Path::Covering(c), plan)
+                } else {
+                    let rows: u64 = self
+                        .table
+                        .snapshots()
+                        .iter()
+                        .flat_map(|s| s.segments.iter().map(|g| g.meta.num_rows))
+                        .sum();
+                    let forced = matches!(self.hint, IndexHint::Use(_));
+                    let pays = forced
+                        || index_scan::probe_below(&c.table, &plan, (rows / 20).max(64) as usize)
+                            .await
+                            .map_err(df_err)?;
+                    if pays {
+                        (Path::Lookup(c), plan)
+                    } else {
+                        (Path::Table, self.key_plan(filters))
+                    }
+                }
+            }
+        };
+        let residual: Vec<Expr> = filters
+            .iter()
+            .zip(&plan.exact)
+            .filter(|(_, e)| matches!(path, Path::Lookup(_)) || !**e)
+            .map(|(f, _)| f.clone())
+            .collect();
+        let mut ext = wanted.clone();
+        for f in &residual {
+            for col in f.column_refs() {
+                let i = self.schema.index_of(&col.name)?;
+                if !ext.contains(&i) {
+                    ext.push(i);
+                }
+            }
+        }
+        let input: Arc<dyn ExecutionPlan> = match path {
+            Path::Table => self.table_scan(state, Some(&ext), filters, limit).await?,
+            Path::Covering(c) => {
+                let mut index = CellarTable::new(c.table.clone());
+                index.via = Some(self.table.name().to_string());
+                let proj: Vec<usize> = ext
+                    .iter()
+                    .map(|i| index.schema.index_of(self.schema.field(*i).name()))
+                    .collect::<Result<_, _>>()?;
+                index.table_scan(state, Some(&proj), filters, limit).await?
+            }
+            Path::Lookup(c) => {
+                let cols: Arc<[OutCol]> = ext.iter().map(|i| self.cols[*i].clone()).collect();
+                let schema = Arc::new(self.schema.project(&ext)?);
+                Arc::new(IndexLookupExec::new(
+                    self.table.clone(),
+                    (c.table.clone(), c.def.clone()),
+                    &plan,
+                    cols,
+                    schema,
+                ))
+            }
+        };
+        let filtered: Arc<dyn ExecutionPlan> = match residual.into_iter().reduce(|a, b| a.and(b)) {
+            None => input,
+            Some(e) => {
+                let df_schema = DFSchema::try_from(input.schema())?;
+                let predicate = state.create_physical_expr(e, &df_schema)?;
+                Arc::new(FilterExec::try_new(predicate, input)?)
+            }
+        };
+        if ext.len() == wanted.len() {
+            return Ok(filtered);
+        }
+        let schema = filtered.schema();
+        let exprs: Vec<ProjectionExpr> = (0..wanted.len())
+            .map(|i| {
+                let name = schema.field(i).name().clone();
+                ProjectionExpr::new(Arc::new(PhysicalColumn::new(&name, i)), name)
+            })
+            .collect();
+        Ok(Arc::new(ProjectionExec::try_new(exprs, filtered)?))
+    }
+
     /// DELETE (assignments `None`) or UPDATE: a plan that scans the matching
     /// rows when executed and writes DeleteRow / UpdateRow for each.
     async fn dml(

@@ -305,15 +305,19 @@ pub(crate) struct IndexTarget {
     /// applied, for its lag.
     pub follower: Arc<tokio::sync::Mutex<()>>,
     pub applied_us: Arc<AtomicU64>,
+    /// Set while the table's existing rows are being indexed (phase
+    /// FULL): the index is not complete, and SQL does not choose it.
+    pub building: Arc<AtomicBool>,
 }
 
 impl IndexTarget {
-    pub fn new(def: Arc<IndexDef>, table: Arc<TableInner>) -> Self {
+    pub fn new(def: Arc<IndexDef>, table: Arc<TableInner>, building: bool) -> Self {
         IndexTarget {
             def,
             table,
             follower: Arc::default(),
             applied_us: Arc::default(),
+            building: Arc::new(AtomicBool::new(building)),
         }
     }
 }

@@ -20,6 +20,7 @@ mod fuzz_corpus;
 mod gap_overlays;
 mod golden;
 mod import;
+mod index_sql;
 mod indexes;
 mod key_order;
 mod limits;
