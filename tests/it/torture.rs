@@ -20,7 +20,9 @@
 //! full scan of each table, every kept version, with a model replaying the
 //! same stream: the table must equal the model after the acknowledged
 //! units, or after one more (the unit in flight, whole). Any other state
-//! is a lost, reordered or half-applied write.
+//! is a lost, reordered or half-applied write. The SQL table has a local
+//! and a global index, each compared with it after every kill (the global
+//! one once caught up).
 //!
 //! CI runs 10 cycles; `CELLAR_TORTURE_CYCLES=200 cargo test --release
 //! crash_torture` is the soak (`CELLAR_TORTURE_SEED` repeats a run).
@@ -749,6 +751,14 @@ pub(crate) async fn create_tables(dir: &Path, options: DbOptions) {
     sql.execute("CREATE TABLE sqlt (k BIGINT, v BIGINT, s VARCHAR, PRIMARY KEY (k))")
         .await
         .unwrap();
+    // Its indexes, checked against it after every kill: a local one kept
+    // with each write, a global one following its stream.
+    sql.execute("CREATE INDEX sqlt_v ON sqlt (k, v) INCLUDE (s)")
+        .await
+        .unwrap();
+    sql.execute("CREATE INDEX sqlt_s ON sqlt (s) INCLUDE (v) WITH (type = 'global')")
+        .await
+        .unwrap();
     drop(sql);
     db.close().await.unwrap();
 }
@@ -765,6 +775,7 @@ async fn crash_torture() {
     let mut models = vec![ModelTable::new(); TABLES.len()];
     let mut starts = vec![0u64; TABLES.len()];
     let (mut acked_total, mut in_flight_applied, mut checked_total) = (0u64, 0u64, 0u64);
+    let mut indexed_rows = 0u64;
     let mut crash_points: BTreeMap<String, u32> = BTreeMap::new();
     for cycle in 0..cycles {
         let WriterRun {
@@ -838,6 +849,17 @@ async fn crash_torture() {
                 diff.join("\n")
             );
         }
+        // The local index equals its table as opened; the global one once
+        // it has applied what its stream holds.
+        let local = db.check_index("sqlt_v").await.unwrap();
+        assert!(local.is_exact(), "cycle {cycle} ({how}): local index sqlt_v: {local:?}");
+        db.wait_for_index("sqlt_s", Duration::from_secs(30)).await.unwrap();
+        let global = db.check_index("sqlt_s").await.unwrap();
+        assert!(
+            global.is_exact(),
+            "cycle {cycle} ({how}): global index sqlt_s: {global:?}"
+        );
+        indexed_rows += local.index_rows;
         db.close().await.unwrap();
     }
     let report = cellar::check(dir.path(), None).await.unwrap();
@@ -860,7 +882,7 @@ async fn crash_torture() {
         "crash_torture: {cycles} cycles survived, {acked_total} acknowledged units ({checked_total} checked writes \
          among them, each outcome as the serial order gives it) checked, \
          {in_flight_applied} in-flight units found applied whole, {flushes} flushes, {compactions} compactions, \
-         {} aborts at crash points: {crash_points:?}",
+         {} aborts at crash points: {crash_points:?}, {indexed_rows} local index rows checked",
         crash_points.values().sum::<u32>()
     );
 }
