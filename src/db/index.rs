@@ -435,6 +435,7 @@ async fn backfill(inner: &Arc<DbInner>, base: &Arc<TableInner>, name: &str) -> R
             }
             if rows.len() >= SYNC_ROWS {
                 sync(inner, base, at, &chains, std::mem::take(&mut rows)).await?;
+                crate::crash_point::hit("index.backfill_synced");
             }
         }
     }

@@ -621,3 +621,104 @@ async fn cellar_check_compares_indexes_with_their_tables() {
     let (code, out, _) = run_cli(dir.path(), &["check"], "");
     assert_eq!(code, 0, "{out}");
 }
+
+/// The child of `an_index_backfill_killed_midway_resumes_at_the_next_open`:
+/// creates the index, aborting at a crash point mid-backfill.
+#[tokio::test]
+#[ignore = "started by an_index_backfill_killed_midway_resumes_at_the_next_open"]
+async fn index_backfill_child_process() {
+    let Ok(dir) = std::env::var("CELLAR_INDEX_CHILD_DIR") else {
+        return;
+    };
+    let db = Database::open(&dir).await.unwrap();
+    let kind = match std::env::var("CELLAR_INDEX_CHILD_KIND").as_deref() {
+        Ok("global") => IndexKind::Global,
+        _ => IndexKind::Local,
+    };
+    let cols: &[&str] = if kind == IndexKind::Local {
+        &["card", "seller"]
+    } else {
+        &["seller"]
+    };
+    db.create_index("t", spec("i", cols, &["price"], kind)).await.unwrap();
+    println!("CREATED");
+}
+
+/// A process killed while an index indexes the table's rows (phase
+/// FULL): the next open resumes it, writes going on, and it ends exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_backfill_killed_midway_resumes_at_the_next_open() {
+    for kind in ["local", "global"] {
+        let (dir, _clock, db) = fresh().await;
+        let t = db.table("t").unwrap();
+        for i in 0..3000i64 {
+            let p = PutRow::new(pk(i % 5, &format!("o{i:05}")))
+                .column("seller", format!("s{}", i % 13))
+                .column("price", i);
+            t.put_row(p).await.unwrap();
+        }
+        drop(t);
+        db.close().await.unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "indexes::index_backfill_child_process",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("CELLAR_INDEX_CHILD_DIR", dir.path())
+            .env("CELLAR_INDEX_CHILD_KIND", kind)
+            .env("CELLAR_CRASH_POINT", "index.backfill_synced:2")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !stdout.contains("CREATED"),
+            "{kind}: the child was to abort midway: {stdout}"
+        );
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(6),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let db = Database::open(dir.path()).await.unwrap();
+        // Writes go on while it resumes.
+        let t = db.table("t").unwrap();
+        for i in 0..200i64 {
+            t.put_row(
+                PutRow::new(pk(i % 5, &format!("o{:05}", i * 7)))
+                    .column("seller", "moved")
+                    .column("price", -i),
+            )
+            .await
+            .unwrap();
+            if i % 10 == 0 {
+                t.delete_row(DeleteRow::new(pk(i % 5, &format!("o{:05}", i * 3))))
+                    .await
+                    .unwrap();
+            }
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while db.describe_index("i").await.unwrap().phase != IndexPhase::Incr {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{kind}: the backfill did not resume"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let cols: &[&str] = if kind == "local" {
+            &["card", "seller"]
+        } else {
+            &["seller"]
+        };
+        if kind == "global" {
+            db.wait_for_index("i", std::time::Duration::from_secs(20))
+                .await
+                .unwrap();
+        }
+        assert_index(&db, "i", cols, &["price"], &format!("({kind}, resumed)")).await;
+        assert!(db.check_index("i").await.unwrap().is_exact());
+    }
+}
