@@ -198,6 +198,7 @@ pub(super) fn choose(table: &Table, indexes: &[Candidate], hint: &IndexHint, fil
 
 /// Reads index entries in key ranges and then, in batches, the table rows
 /// they name: the columns of `cols` (the table's), as `schema`.
+#[derive(Clone)]
 pub(super) struct IndexLookupExec {
     pub base: Table,
     pub index: Table,
@@ -207,9 +208,13 @@ pub(super) struct IndexLookupExec {
     pub cols: Arc<[OutCol]>,
     pub schema: SchemaRef,
     pub props: Arc<PlanProperties>,
+    /// The conjuncts checked on the rows read (here rather than in a
+    /// `FilterExec`, which DataFusion would feed through a repartition
+    /// that reads the whole range ahead of a LIMIT).
+    pub predicate: Option<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
 }
 
-/// Table rows read per lookup batch.
+/// Most table rows read per lookup batch.
 const LOOKUP_BATCH: usize = 256;
 
 impl IndexLookupExec {
@@ -235,6 +240,7 @@ impl IndexLookupExec {
             cols,
             schema,
             props,
+            predicate: None,
         }
     }
 }
@@ -258,7 +264,11 @@ impl DisplayAs for IndexLookupExec {
             self.def.kind.as_str(),
             self.keys,
             names.join(", ")
-        )
+        )?;
+        if let Some(p) = &self.predicate {
+            write!(f, ", predicate={p}")?;
+        }
+        Ok(())
     }
 }
 
@@ -276,10 +286,31 @@ impl ExecutionPlan for IndexLookupExec {
             range: 0,
             scan: None,
             seen: HashSet::new(),
+            batch: 8,
         };
-        let stream = futures::stream::try_unfold(state, |mut st| async move {
-            let batch = st.next_batch().await.map_err(df_err)?;
-            Ok(batch.map(|b| (b, st)))
+        let predicate = self.predicate.clone();
+        let stream = futures::stream::try_unfold(state, move |mut st| {
+            let predicate = predicate.clone();
+            async move {
+                loop {
+                    let Some(batch) = st.next_batch().await.map_err(df_err)? else {
+                        return Ok(None);
+                    };
+                    let batch = match &predicate {
+                        None => batch,
+                        Some(p) => {
+                            let mask = p.evaluate(&batch)?.into_array(batch.num_rows())?;
+                            let mask = datafusion::arrow::array::AsArray::as_boolean_opt(&mask).cloned().ok_or_else(
+                                || datafusion::error::DataFusionError::Internal("a predicate that is not boolean".into()),
+                            )?;
+                            datafusion::arrow::compute::filter_record_batch(&batch, &mask)?
+                        }
+                    };
+                    if batch.num_rows() > 0 {
+                        return Ok(Some((batch, st)));
+                    }
+                }
+            }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream)))
     }
@@ -301,6 +332,8 @@ struct Lookup {
     /// Table keys already returned (a global index may name one twice
     /// while it catches up).
     seen: HashSet<Vec<u8>>,
+    /// Rows read by the last batch.
+    batch: usize,
 }
 
 impl Lookup {
@@ -314,8 +347,11 @@ impl Lookup {
         let now = self.base.now_ms();
         let index_opts = *self.index.inner().options.read();
         loop {
+            // 16 rows first, then twice as many each batch: a LIMIT
+            // above reads about as many table rows as it returns.
+            self.batch = (self.batch * 2).clamp(16, LOOKUP_BATCH);
             let mut keys = Vec::new();
-            while keys.len() < LOOKUP_BATCH {
+            while keys.len() < self.batch {
                 let Some(entry) = self.next_entry().await? else { break };
                 let (key, state) = entry;
                 if visible_cells(&state, now, &index_opts, &ReadOptions::default()).is_none() {

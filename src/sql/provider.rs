@@ -593,7 +593,14 @@ impl CellarTable {
             Some(e) => {
                 let df_schema = DFSchema::try_from(input.schema())?;
                 let predicate = state.create_physical_expr(e, &df_schema)?;
-                Arc::new(FilterExec::try_new(predicate, input)?)
+                match input.downcast_ref::<IndexLookupExec>() {
+                    // The lookup checks them itself, row batch by batch.
+                    Some(lookup) => Arc::new(IndexLookupExec {
+                        predicate: Some(predicate),
+                        ..lookup.clone()
+                    }),
+                    None => Arc::new(FilterExec::try_new(predicate, input)?),
+                }
             }
         };
         if ext.len() == wanted.len() {

@@ -133,6 +133,7 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
         return out;
     }
     let prev = earlier_writes(group);
+    let mut chains: Vec<(Arc<MemChain>, Vec<Arc<crate::memtable::Memtable>>)> = Vec::new();
     let is_refused = |i: usize| refused.binary_search_by_key(&i, |(c, _)| *c).is_ok();
     let mut committed: Vec<bool> = (0..group.len()).map(|i| !is_refused(i)).collect();
     for i in 0..group.len() {
@@ -169,7 +170,17 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
         let mut found = state.is_some();
         let mut st = state.unwrap_or_default();
         let mut moved = false;
-        for m in chain.memtables() {
+        // Writes of one batch share their chain link: its memtables are
+        // listed once per group.
+        let at_chain = match chains.iter().position(|(c, _)| Arc::ptr_eq(c, &chain)) {
+            Some(i) => i,
+            None => {
+                let mems = chain.memtables();
+                chains.push((chain.clone(), mems));
+                chains.len() - 1
+            }
+        };
+        for m in &chains[at_chain].1 {
             moved |= m.apply_after(key, at, &mut st);
         }
         if earlier.is_empty() && !moved {
