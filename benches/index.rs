@@ -98,7 +98,10 @@ async fn query_ms(sql: &cellar::sql::SqlSession, q: &str) -> (f64, usize) {
         cellar::sql::StatementOutput::Rows(s) => s.try_collect().await.unwrap(),
         cellar::sql::StatementOutput::Done(_) => Vec::new(),
     };
-    let rows = batches.iter().map(|b: &datafusion::arrow::array::RecordBatch| b.num_rows()).sum();
+    let rows = batches
+        .iter()
+        .map(|b: &datafusion::arrow::array::RecordBatch| b.num_rows())
+        .sum();
     (start.elapsed().as_secs_f64() * 1e3, rows)
 }
 
@@ -115,7 +118,8 @@ fn main() {
     let rt = common::runtime();
     rt.block_on(async {
         // `CELLAR_INDEX_ONLY=none|local|global`: that ingest alone (to profile).
-        if let Ok(only) = std::env::var("CELLAR_INDEX_ONLY") {
+        let only = std::env::var("CELLAR_INDEX_ONLY").unwrap_or_default();
+        if !only.is_empty() && only != "lookup" {
             let kind = match only.as_str() {
                 "local" => Some(IndexKind::Local),
                 "global" => Some(IndexKind::Global),
@@ -128,7 +132,7 @@ fn main() {
             return;
         }
         let (mut none, mut local, mut global, mut catch_up) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for round in 0..rounds {
+        for round in 0..if only.is_empty() { rounds } else { 0 } {
             let (a, _) = ingest(rows, None).await;
             let (b, _) = ingest(rows, Some(IndexKind::Local)).await;
             let (c, g) = ingest(rows, Some(IndexKind::Global)).await;
@@ -144,6 +148,7 @@ fn main() {
             global.push(c);
             catch_up.push(up);
         }
+        if only.is_empty() {
         let lag = global_lag(rows).await;
         let (n, l, g) = (common::median(none), common::median(local), common::median(global));
         println!(
@@ -154,6 +159,7 @@ fn main() {
             100.0 * g / n,
             common::median(catch_up)
         );
+        }
 
         // Lookup by an indexed attribute.
         let dir = common::bench_dir();
@@ -166,8 +172,11 @@ fn main() {
         let start = Instant::now();
         db.create_index("bench", index(IndexKind::Global)).await.unwrap();
         let build = start.elapsed().as_secs_f64();
-        t.flush().await.unwrap();
-        db.table("idx").unwrap().flush().await.unwrap();
+        // Settled: each of the table and the index compacted once.
+        let start = Instant::now();
+        t.compact().await.unwrap();
+        db.table("idx").unwrap().compact().await.unwrap();
+        println!("compacted in {:.1} s", start.elapsed().as_secs_f64());
         println!(
             "lookup table: {lookup_rows} rows loaded in {load:.1} s, global index (seller_id, device_time) built in {build:.1} s"
         );

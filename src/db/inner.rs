@@ -217,7 +217,10 @@ impl DbInner {
             }
             let (_, snap, chain) = snapshots.iter().find(taken).expect("just added");
             let state = snap.get_state(&key, None).await?;
-            let write = w.clone();
+            // Only a write whose outcome depends on its row is decided
+            // again; another one (read for its stream origin or its
+            // indexes) keeps its mutation.
+            let write = w.reads_row().then(|| w.clone());
             let checked = condition::check(&t.schema, &snap.options, now, &w, state.as_ref())
                 .and_then(|_| validate::to_mutation(&t.schema, &snap.options, now, w, state.as_ref()));
             let (mutation, data_bytes, failed) = match checked {

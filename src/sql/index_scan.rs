@@ -300,9 +300,13 @@ impl ExecutionPlan for IndexLookupExec {
                         None => batch,
                         Some(p) => {
                             let mask = p.evaluate(&batch)?.into_array(batch.num_rows())?;
-                            let mask = datafusion::arrow::array::AsArray::as_boolean_opt(&mask).cloned().ok_or_else(
-                                || datafusion::error::DataFusionError::Internal("a predicate that is not boolean".into()),
-                            )?;
+                            let mask = datafusion::arrow::array::AsArray::as_boolean_opt(&mask)
+                                .cloned()
+                                .ok_or_else(|| {
+                                    datafusion::error::DataFusionError::Internal(
+                                        "a predicate that is not boolean".into(),
+                                    )
+                                })?;
                             datafusion::arrow::compute::filter_record_batch(&batch, &mask)?
                         }
                     };

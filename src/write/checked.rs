@@ -72,8 +72,9 @@ pub(crate) struct CheckedWrite {
     /// The link of the memtable that was active at `at`: every write of
     /// the row after `at` is in its memtable or a later one.
     pub chain: Arc<MemChain>,
-    /// The write as it was given.
-    pub write: RowWrite,
+    /// The write as it was given, when its outcome depends on its row (a
+    /// condition or an increment).
+    pub write: Option<RowWrite>,
     /// The clock and the table options the write was checked with.
     pub now_ms: i64,
     pub options: TableOptions,
@@ -202,6 +203,9 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
         if group[i].before.is_some() {
             group[i].before = Some(state.clone());
         }
+        // A write whose outcome does not depend on its row (read only for
+        // its origin or its indexes): its mutation stands.
+        let Some(write) = write else { continue };
         let table = &group[i].table;
         let return_type = write.return_type();
         let outcome = condition::check(&table.schema, &options, now_ms, &write, state.as_ref())
