@@ -39,6 +39,7 @@ pub fn update_amount(i: u64) -> RowWrite {
     UpdateRow::new(key(i)).put("amount", amount(i)).into()
 }
 
+#[allow(dead_code)] // not every bench binary takes one row count
 pub fn rows_arg(default: u64) -> u64 {
     std::env::args()
         .filter_map(|a| a.parse().ok())

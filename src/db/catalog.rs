@@ -24,6 +24,30 @@ pub(super) struct CatalogFile {
     pub(super) series: Vec<SeriesDef>,
 }
 
+impl CatalogFile {
+    /// Adds a table's entry under a new id (never reused), returned.
+    pub(super) fn add_table(
+        &mut self,
+        schema: TableSchema,
+        options: TableOptions,
+        series: Option<String>,
+        index: Option<IndexRecord>,
+    ) -> u64 {
+        let id = self.next_table_id.max(1);
+        self.next_table_id = id + 1;
+        self.tables.push(CatalogEntry {
+            id,
+            schema,
+            options,
+            archive: None,
+            series,
+            stream: None,
+            index,
+        });
+        id
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct CatalogEntry {
     pub(super) id: u64,
@@ -40,5 +64,33 @@ pub(super) struct CatalogEntry {
     pub(super) stream: Option<super::stream::StreamState>,
     /// Set for an index table: its definition and phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) index: Option<super::index::IndexRecord>,
+    pub(super) index: Option<IndexRecord>,
+}
+
+/// Where an index is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum IndexPhase {
+    /// Indexing the rows the table held when it was created (writes since
+    /// are indexed as they come).
+    Full,
+    /// Every row is indexed; writes keep it so.
+    Incr,
+}
+
+impl IndexPhase {
+    /// `FULL` or `INCR`, as Tablestore's DescribeTable shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IndexPhase::Full => "FULL",
+            IndexPhase::Incr => "INCR",
+        }
+    }
+}
+
+/// The catalog's record of an index table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct IndexRecord {
+    pub(super) def: crate::model::index::IndexDef,
+    pub(super) phase: IndexPhase,
 }

@@ -19,47 +19,17 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use serde::{Deserialize, Serialize};
-
 use super::Database;
-use super::catalog::{CatalogEntry, CatalogFile};
-use super::index_follow;
+pub use super::catalog::IndexPhase;
+use super::catalog::{CatalogEntry, CatalogFile, IndexRecord};
+use super::index_follow::{self, sync};
 use super::inner::DbInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::TableManifest;
 use crate::model::index::{IndexDef, IndexKind, IndexSpec, check_index_options};
 use crate::model::schema::TableOptions;
 use crate::state::{IndexTarget, TableInner};
-use crate::write::committer::CommitMsg;
 use crate::write::index::SyncRow;
-
-/// Where an index is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum IndexPhase {
-    /// Indexing the rows the table held when it was created (writes since
-    /// are indexed as they come).
-    Full,
-    /// Every row is indexed; writes keep it so.
-    Incr,
-}
-
-impl IndexPhase {
-    /// `FULL` or `INCR`, as Tablestore's DescribeTable shows it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IndexPhase::Full => "FULL",
-            IndexPhase::Incr => "INCR",
-        }
-    }
-}
-
-/// The catalog's record of an index table.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct IndexRecord {
-    pub(super) def: IndexDef,
-    pub(super) phase: IndexPhase,
-}
 
 /// An index as ListIndex / DescribeIndex report it.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,7 +58,7 @@ impl Database {
         let global = spec.kind == IndexKind::Global;
         if global && self.table_inner(table)?.stream.read().is_none() {
             // A global index follows the table's change stream.
-            let enable = crate::StreamChange {
+            let enable = super::StreamChange {
                 enable: Some(true),
                 ..Default::default()
             };
@@ -135,20 +105,11 @@ impl Database {
                 IndexPhase::Incr
             };
             let mut next = cat.1.clone();
-            let id = next.next_table_id.max(1);
-            next.next_table_id = id + 1;
-            next.tables.push(CatalogEntry {
-                id,
-                schema: schema.clone(),
-                options,
-                archive: None,
-                series: None,
-                stream: None,
-                index: Some(IndexRecord {
-                    def: def.clone(),
-                    phase,
-                }),
-            });
+            let record = IndexRecord {
+                def: def.clone(),
+                phase,
+            };
+            let id = next.add_table(schema.clone(), options, None, Some(record));
             self.commit_catalog(&mut cat, next).await?;
             let mut manifest = TableManifest::default();
             let storage = &self.inner.shared.storage;
@@ -166,7 +127,7 @@ impl Database {
             // Its records start here: every write from now on reads its
             // row and records the old values of the index's columns.
             let tunnel = index_follow::tunnel_of(&spec.name);
-            self.create_tunnel_named(table, &tunnel, super::tunnel::TunnelType::Stream)
+            self.create_tunnel_named(table, &tunnel, super::tunnel_types::TunnelType::Stream)
                 .await?;
         }
         if phase == IndexPhase::Full {
@@ -310,7 +271,7 @@ impl Database {
         if kind == IndexKind::Global {
             let tunnel = index_follow::tunnel_of(name);
             if !self.tunnel_exists(table, &tunnel).await? {
-                self.create_tunnel_named(table, &tunnel, super::tunnel::TunnelType::Stream)
+                self.create_tunnel_named(table, &tunnel, super::tunnel_types::TunnelType::Stream)
                     .await?;
                 refill = true;
             }
@@ -458,27 +419,4 @@ async fn backfill(inner: &Arc<DbInner>, base: &Arc<TableInner>, name: &str) -> R
     db.commit_catalog(&mut cat, next).await?;
     target.building.store(false, Ordering::Release);
     Ok(())
-}
-
-pub(super) async fn sync(
-    inner: &DbInner,
-    base: &Arc<TableInner>,
-    at: u64,
-    chains: &[Arc<crate::state::MemChain>],
-    rows: Vec<SyncRow>,
-) -> Result<()> {
-    let (done, rx) = tokio::sync::oneshot::channel();
-    let msg = CommitMsg::IndexSync {
-        base: base.clone(),
-        at,
-        chains: chains.to_vec(),
-        rows,
-        done,
-    };
-    inner
-        .sender("an index backfill")?
-        .send(msg)
-        .await
-        .map_err(|_| Error::closed())?;
-    rx.await.map_err(|_| Error::closed())?.map(|_| ())
 }

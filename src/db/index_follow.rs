@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::model::row::Mutation;
 use crate::model::types::Value;
 use crate::state::{IndexTarget, TableInner};
+use crate::write::committer::CommitMsg;
 use crate::write::index::SyncRow;
 
 /// How long a caught-up follower waits before looking for records again.
@@ -184,7 +185,7 @@ async fn one_run(db: &Database, base: &str, target: &IndexTarget) -> Result<()> 
     let weak = Arc::downgrade(&db.inner);
     let tgt = target.clone();
     let base_t = t.clone();
-    let process: Arc<super::tunnel::AsyncProcessFn> = Arc::new(move |_ctx, records| {
+    let process: Arc<super::tunnel_types::AsyncProcessFn> = Arc::new(move |_ctx, records| {
         let weak = weak.clone();
         let tgt = tgt.clone();
         let base_t = base_t.clone();
@@ -271,5 +272,29 @@ async fn apply(
             writes: now.map(|(k, m)| (target.table.clone(), k, m)).into_iter().collect(),
         });
     }
-    super::index::sync(inner, base, at, &chains, rows).await
+    sync(inner, base, at, &chains, rows).await
+}
+
+/// Sends one index sync to the committer and waits until it is durable.
+pub(super) async fn sync(
+    inner: &DbInner,
+    base: &Arc<TableInner>,
+    at: u64,
+    chains: &[Arc<crate::state::MemChain>],
+    rows: Vec<SyncRow>,
+) -> Result<()> {
+    let (done, rx) = tokio::sync::oneshot::channel();
+    let msg = CommitMsg::IndexSync {
+        base: base.clone(),
+        at,
+        chains: chains.to_vec(),
+        rows,
+        done,
+    };
+    inner
+        .sender("an index backfill")?
+        .send(msg)
+        .await
+        .map_err(|_| Error::closed())?;
+    rx.await.map_err(|_| Error::closed())?.map(|_| ())
 }

@@ -44,6 +44,7 @@ mod stream_record;
 pub(crate) mod table;
 pub(crate) mod transaction;
 mod tunnel;
+mod tunnel_types;
 mod writer;
 
 use std::path::Path;
@@ -51,7 +52,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 pub use self::archive::ArchiveOnDrop;
-use self::catalog::{CatalogEntry, CatalogFile};
+use self::catalog::CatalogFile;
 pub use self::index::{IndexInfo, IndexPhase};
 pub use self::index_check::IndexCheck;
 use self::inner::DbInner;
@@ -64,9 +65,9 @@ pub use self::stream::{
     StreamStart,
 };
 use self::table::Table;
-pub use self::tunnel::{
+pub use self::tunnel::TunnelWorker;
+pub use self::tunnel_types::{
     ChannelContext, ChannelStatus, ProcessFn, ShutdownFn, TunnelChannel, TunnelDescription, TunnelStage, TunnelType,
-    TunnelWorker,
 };
 pub(crate) use self::writer::Writer;
 use crate::error::{Error, ErrorKind, Result};
@@ -216,17 +217,7 @@ impl Database {
             ));
         }
         let mut next = cat.1.clone();
-        let id = next.next_table_id.max(1);
-        next.next_table_id = id + 1;
-        next.tables.push(CatalogEntry {
-            id,
-            schema: schema.clone(),
-            options,
-            archive: None,
-            series: series.clone(),
-            stream: None,
-            index: None,
-        });
+        let id = next.add_table(schema.clone(), options, series.clone(), None);
         self.commit_catalog(&mut cat, next).await?;
         let mut manifest = TableManifest::default();
         let storage = &self.inner.shared.storage;
@@ -270,13 +261,18 @@ impl Database {
         let mut schema = t.full_schema();
         schema.check_new_column(&column)?;
         schema.columns.push(column);
+        self.set_columns(&mut cat, &t, schema).await
+    }
+
+    /// Commits `t`'s new predefined columns (in `schema`), then uses them.
+    async fn set_columns(&self, cat: &mut (u64, CatalogFile), t: &TableInner, schema: TableSchema) -> Result<()> {
         let mut next = cat.1.clone();
         for e in &mut next.tables {
             if e.id == t.id {
                 e.schema = schema.clone();
             }
         }
-        self.commit_catalog(&mut cat, next).await?;
+        self.commit_catalog(cat, next).await?;
         *t.declared.write() = schema.columns;
         Ok(())
     }
@@ -305,15 +301,7 @@ impl Database {
         }
         index::check_column_unused(&cat.1, table, column)?;
         schema.columns.retain(|c| c.name != column);
-        let mut next = cat.1.clone();
-        for e in &mut next.tables {
-            if e.id == t.id {
-                e.schema = schema.clone();
-            }
-        }
-        self.commit_catalog(&mut cat, next).await?;
-        *t.declared.write() = schema.columns;
-        Ok(())
+        self.set_columns(&mut cat, &t, schema).await
     }
 
     /// Drops a table and deletes its files. Refuses an archived table:

@@ -8,39 +8,19 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::error::Result as DfResult;
 use datafusion::sql::sqlparser::ast::{
-    AlterTableOperation, ColumnOption, CreateTableOptions, Expr as SqlExpr, ObjectName, ObjectType, SqlOption,
-    Statement, TableConstraint,
+    AlterTableOperation, ColumnOption, CreateTableOptions, Expr as SqlExpr, ObjectType, SqlOption, Statement,
+    TableConstraint,
 };
 
-use super::errors::df_err;
+use super::errors::{df_err, plan_err, table_name};
 use super::{SqlSession, StatementOutput, batches_stream};
 use crate::db::SeriesOptions;
 use crate::error::ErrorKind;
 use crate::model::schema::{ColumnDef, OptionsUpdate, TableOptions, TableSchema};
 use crate::model::types::{PkType, ValueType};
 use crate::remote::RemoteLocation;
-
-pub(super) fn plan_err(msg: impl Into<String>) -> DataFusionError {
-    DataFusionError::Plan(msg.into())
-}
-
-/// A table name: one identifier (optionally `cellar.public.` qualified).
-pub(super) fn table_name(n: &ObjectName) -> DfResult<String> {
-    let parts: Vec<String> =
-        n.0.iter()
-            .map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_else(|| p.to_string()))
-            .collect();
-    match parts.as_slice() {
-        [t] => Ok(t.clone()),
-        [s, t] if s == super::SCHEMA => Ok(t.clone()),
-        [c, s, t] if c == super::CATALOG && s == super::SCHEMA => Ok(t.clone()),
-        _ => Err(plan_err(format!(
-            "table name '{n}' is not a Cellar table name; use a plain name such as orders"
-        ))),
-    }
-}
 
 /// The value type of a SQL type name.
 fn value_type(sql_type: &str) -> Option<ValueType> {

@@ -12,8 +12,7 @@
 use datafusion::error::Result as DfResult;
 use datafusion::sql::sqlparser::ast::{CreateIndex, Expr as SqlExpr, ObjectName};
 
-use super::ddl::{plan_err, table_name};
-use super::errors::df_err;
+use super::errors::{df_err, plan_err, table_name};
 use crate::error::ErrorKind;
 use crate::model::index::{IndexKind, IndexSpec};
 

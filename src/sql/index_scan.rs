@@ -180,8 +180,8 @@ pub(super) fn choose(table: &Table, indexes: &[Candidate], hint: &IndexHint, fil
                     Some((b, bc, _)) => {
                         s > *b
                             || (s == *b
-                                && bc.def.kind == crate::IndexKind::Global
-                                && c.def.kind == crate::IndexKind::Local)
+                                && bc.def.kind == crate::model::index::IndexKind::Global
+                                && c.def.kind == crate::model::index::IndexKind::Local)
                     }
                 };
                 if better {

@@ -13,4 +13,5 @@ pub(crate) mod committer;
 pub(crate) mod condition;
 pub(crate) mod index;
 pub(crate) mod locks;
+mod stream_append;
 pub(crate) mod validate;
