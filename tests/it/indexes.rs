@@ -722,3 +722,53 @@ async fn an_index_backfill_killed_midway_resumes_at_the_next_open() {
         assert!(db.check_index("i").await.unwrap().is_exact());
     }
 }
+
+/// Auto-increment writes (their key assigned by the committer) are indexed
+/// under the key they get, in a local and a global index.
+#[tokio::test]
+async fn auto_increment_writes_are_indexed_under_their_assigned_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path()).await.unwrap();
+    let schema = TableSchema::new("t")
+        .pk("card", PkType::Integer)
+        .pk("seq", PkType::Integer)
+        .column("seller", ValueType::String)
+        .auto_increment("seq")
+        .unwrap();
+    db.create_table(schema, TableOptions::default()).await.unwrap();
+    db.create_index("t", spec("l", &["card", "seller"], &[], IndexKind::Local))
+        .await
+        .unwrap();
+    db.create_index("t", spec("g", &["seller"], &[], IndexKind::Global))
+        .await
+        .unwrap();
+    let t = db.table("t").unwrap();
+    let mut assigned = Vec::new();
+    for i in 0..20i64 {
+        let pk = PrimaryKey::new()
+            .with("card", i % 3)
+            .with("seq", PkValue::AutoIncrement);
+        let r = t
+            .put_row(
+                PutRow::new(pk)
+                    .column("seller", format!("s{}", i % 4))
+                    .returning(ReturnType::PrimaryKey),
+            )
+            .await
+            .unwrap();
+        assigned.push(r.row.unwrap().primary_key);
+    }
+    db.wait_for_index("g", std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    let l = scan_all(&db.table("l").unwrap(), GetRange::new()).await;
+    let g = scan_all(&db.table("g").unwrap(), GetRange::new()).await;
+    assert_eq!((l.len(), g.len()), (20, 20));
+    for pk in &assigned {
+        let seq = pk.get("seq").unwrap();
+        assert!(l.iter().any(|r| r.primary_key.get("seq") == Some(seq)), "{pk} not in l");
+        assert!(g.iter().any(|r| r.primary_key.get("seq") == Some(seq)), "{pk} not in g");
+    }
+    assert!(db.check_index("l").await.unwrap().is_exact());
+    assert!(db.check_index("g").await.unwrap().is_exact());
+}
