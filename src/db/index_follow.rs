@@ -223,11 +223,8 @@ async fn apply(
     // each of its writes.
     let mut order: Vec<Vec<u8>> = Vec::new();
     let mut stale: HashMap<Vec<u8>, Vec<Vec<u8>>> = HashMap::new();
-    // Each row's last record: a PutRow carries its whole new row.
-    let mut last: HashMap<Vec<u8>, usize> = HashMap::new();
-    for (i, r) in records.iter().enumerate() {
+    for r in &records {
         let key = base.schema.encode_pk(&r.primary_key)?;
-        last.insert(key.clone(), i);
         let origin = |c: &str| -> Option<(i64, &Value)> {
             r.origin.iter().find_map(|o| match o {
                 StreamColumn::Put { name, value, version } if name == c => Some((*version, value)),
@@ -259,22 +256,8 @@ async fn apply(
         let Some((snap, _)) = snaps.iter().find(|(s, _)| s.range.contains(&key)) else {
             continue;
         };
-        let now = match last.get(&key).and_then(|i| put_state(&records[*i])) {
-            // The row is the PutRow's when that write is still in a
-            // memtable and nothing after it is (a later write would be
-            // there too, or after the snapshot, which the committer sees):
-            // no read.
-            Some((seq, state))
-                if snap.memtables.iter().any(|m| m.written_after(&key, seq - 1))
-                    && !snap.memtables.iter().any(|m| m.written_after(&key, seq)) =>
-            {
-                target.def.row_of(&key, Some(&state))
-            }
-            _ => {
-                let state = snap.get_state(&key, None).await?;
-                target.def.row_of(&key, state.as_ref())
-            }
-        };
+        let state = snap.get_state(&key, None).await?;
+        let now = target.def.row_of(&key, state.as_ref());
         let now_key = now.as_ref().map(|(k, _)| k.clone());
         let always = stale
             .remove(&key)
@@ -314,23 +297,4 @@ pub(super) async fn sync(
         .await
         .map_err(|_| Error::closed())?;
     rx.await.map_err(|_| Error::closed())?.map(|_| ())
-}
-
-/// The row a PutRow record leaves (with its sequence number), when the
-/// record holds it whole: a PutRow with columns (one without any writes a
-/// row marker whose version the record does not carry).
-fn put_state(r: &StreamRecord) -> Option<(u64, crate::model::row::RowState)> {
-    if r.action != super::stream_record::StreamAction::PutRow || r.columns.is_empty() || r.seq == 0 {
-        return None;
-    }
-    let mut cells = Vec::with_capacity(r.columns.len());
-    for c in &r.columns {
-        match c {
-            StreamColumn::Put { name, value, version } => cells.push((name.clone(), *version, value.clone())),
-            _ => return None,
-        }
-    }
-    let mut state = crate::model::row::RowState::default();
-    state.apply(r.seq, &Mutation::Put { row_ts: None, cells });
-    Some((r.seq, state))
 }
