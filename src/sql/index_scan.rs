@@ -421,14 +421,6 @@ impl Lookup {
     ) -> crate::Result<RecordBatch> {
         let (base_snaps, _) = self.snapshots.as_ref().expect("taken");
         let opts = *self.base.inner().options.read();
-        let attrs: Vec<String> = self
-            .cols
-            .iter()
-            .filter_map(|c| match c {
-                OutCol::Attr { name, .. } => Some(name.clone()),
-                OutCol::Pk(_) => None,
-            })
-            .collect();
         let mut builders: Vec<ColBuilder> = self
             .cols
             .iter()
@@ -444,7 +436,9 @@ impl Lookup {
             let Some(snap) = base_snaps.iter().find(|s| s.range.contains(&key)) else {
                 continue;
             };
-            let Some(state) = snap.get_state(&key, Some(&attrs)).await? else {
+            // The whole row: one without the columns asked for still exists
+            // (and shows them as NULL).
+            let Some(state) = snap.get_state(&key, None).await? else {
                 continue;
             };
             let Some(cells) = visible_cells(&state, now, &opts, &read) else {

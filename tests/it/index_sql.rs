@@ -84,10 +84,11 @@ async fn index_reads_equal_table_scans_on_random_data_and_queries() {
             "CREATE INDEX g_yz ON t (y, z) INCLUDE (w) WITH (type = 'global')",
             "CREATE INDEX g_x ON t (x) WITH (type = 'global')",
             "CREATE INDEX g_ba ON t (b, a) INCLUDE (x, y, z, w) WITH (type = 'global')",
+            "CREATE INDEX g_b ON t (b) WITH (type = 'global')",
         ] {
             sql.execute(stmt).await.unwrap();
         }
-        let indexes = ["l_ax", "g_yz", "g_x", "g_ba"];
+        let indexes = ["l_ax", "g_yz", "g_x", "g_ba", "g_b"];
         for round in 0..6 {
             for _ in 0..40 {
                 let _ = t.write(random_write(&mut rng)).await;
@@ -108,7 +109,7 @@ async fn index_reads_equal_table_scans_on_random_data_and_queries() {
                 4 => t.compact().await.unwrap(),
                 _ => {}
             }
-            for i in ["g_yz", "g_x", "g_ba"] {
+            for i in ["g_yz", "g_x", "g_ba", "g_b"] {
                 db.wait_for_index(i, std::time::Duration::from_secs(20)).await.unwrap();
             }
             for _ in 0..25 {
