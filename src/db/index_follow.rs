@@ -243,10 +243,24 @@ async fn apply(
         }
     }
     // A record is in its shard's log a moment before its write is
-    // visible: the snapshot must hold every write of the batch.
+    // visible: the snapshot must hold every write of the batch. The wait
+    // is bounded: past it the batch fails (it is not checkpointed, and
+    // comes again). A record whose write never became durable (a power
+    // cut under interval durability can leave a stream log ahead of the
+    // WAL, a known gap) holds the index back until later writes pass it.
     let newest = records.iter().map(|r| r.seq).max().unwrap_or(0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
     while inner.shared.visible_seq.load(Ordering::Acquire) < newest {
-        tokio::task::yield_now().await;
+        if std::time::Instant::now() > deadline {
+            return Err(Error::new(
+                crate::error::ErrorKind::Closed,
+                format!(
+                    "a stream record of sequence {newest} is not visible in table '{}' yet; the index tries again",
+                    base.schema.name
+                ),
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_micros(200)).await;
     }
     let snaps = base.checked_snapshots(&inner.shared.visible_seq);
     let at = snaps.first().map_or(0, |(s, _)| s.seq);
