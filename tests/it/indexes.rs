@@ -772,3 +772,53 @@ async fn auto_increment_writes_are_indexed_under_their_assigned_key() {
     assert!(db.check_index("l").await.unwrap().is_exact());
     assert!(db.check_index("g").await.unwrap().is_exact());
 }
+
+/// A stream of writes (conditions and increments among them) sent
+/// pipelined, many batches in flight, gives what it gives one write at a
+/// time on a table with a local and a global index: every write's
+/// outcome, the rows, and both indexes.
+#[tokio::test]
+async fn pipelined_writes_equal_one_at_a_time_on_indexed_tables() {
+    for seed in 0..seeds("CELLAR_INDEX_SEEDS", 3) {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xD1FF);
+        let stream: Vec<RowWrite> = (0..400).map(|_| random_write(&mut rng, T0)).collect();
+        let mut results = Vec::new();
+        let mut states = Vec::new();
+        for pipelined in [false, true] {
+            let (_dir, _clock, db) = fresh().await;
+            db.create_index("t", spec("l", &["card", "seller"], &["price"], IndexKind::Local))
+                .await
+                .unwrap();
+            db.create_index("t", spec("g", &["seller"], &["note"], IndexKind::Global))
+                .await
+                .unwrap();
+            let t = db.table("t").unwrap();
+            let mut outcomes = Vec::new();
+            if pipelined {
+                let mut queued = Vec::new();
+                for chunk in stream.chunks(7) {
+                    queued.push(t.enqueue_batch(chunk.to_vec()).await.unwrap());
+                }
+                for q in queued {
+                    outcomes.extend(q.durable().await.unwrap().into_iter().map(|r| r.map_err(|e| e.kind())));
+                }
+            } else {
+                for w in &stream {
+                    outcomes.push(t.write(w.clone()).await.map_err(|e| e.kind()));
+                }
+            }
+            let outcomes: Vec<_> = outcomes.into_iter().map(|r| r.map(|w| w.row)).collect();
+            db.wait_for_index("g", std::time::Duration::from_secs(20))
+                .await
+                .unwrap();
+            let rows = scan_all(&t, GetRange::new()).await;
+            let rows: Vec<_> = rows.into_iter().map(|r| (r.primary_key, r.columns)).collect();
+            states.push((rows, actual(&db, "l").await, actual(&db, "g").await));
+            results.push(outcomes);
+            assert_index(&db, "l", &["card", "seller"], &["price"], "").await;
+            assert_index(&db, "g", &["seller"], &["note"], "").await;
+        }
+        assert_eq!(results[0], results[1], "seed {seed}: outcomes differ");
+        assert!(states[0] == states[1], "seed {seed}: tables or indexes differ");
+    }
+}
