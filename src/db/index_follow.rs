@@ -74,13 +74,7 @@ pub(super) async fn lag_ms(db: &Database, base: &TableInner, target: &IndexTarge
 pub(super) async fn drain(db: &Database) {
     let tables: Vec<Arc<TableInner>> = db.inner.shared.tables.read().values().cloned().collect();
     for t in tables {
-        let targets: Vec<IndexTarget> = t
-            .indexes
-            .read()
-            .iter()
-            .filter(|i| i.def.kind == crate::model::index::IndexKind::Global)
-            .cloned()
-            .collect();
+        let targets = t.indexes_of(crate::model::index::IndexKind::Global);
         if targets.is_empty() {
             continue;
         }

@@ -227,10 +227,8 @@ impl Database {
                     return Ok(());
                 }
                 let globals: Vec<String> = t
-                    .indexes
-                    .read()
-                    .iter()
-                    .filter(|i| i.def.kind == crate::model::index::IndexKind::Global)
+                    .indexes_of(crate::model::index::IndexKind::Global)
+                    .into_iter()
                     .map(|i| i.def.name.clone())
                     .collect();
                 if !globals.is_empty() {

@@ -459,16 +459,14 @@ impl TableInner {
         }
     }
 
-    /// The table's local indexes, when it has any: each write must then
-    /// know its row before it (see `PendingWrite::before`).
-    pub fn local_indexes(&self) -> Option<Vec<IndexTarget>> {
-        let all = self.indexes.read();
-        let local: Vec<IndexTarget> = all
+    /// The table's indexes of one kind.
+    pub fn indexes_of(&self, kind: crate::model::index::IndexKind) -> Vec<IndexTarget> {
+        self.indexes
+            .read()
             .iter()
-            .filter(|i| i.def.kind == crate::model::index::IndexKind::Local)
+            .filter(|i| i.def.kind == kind)
             .cloned()
-            .collect();
-        (!local.is_empty()).then_some(local)
+            .collect()
     }
 
     /// The columns whose values before each write the table's stream

@@ -95,7 +95,8 @@ pub(crate) fn index_writes(group: &[PendingWrite], first: u64) -> Vec<IndexWrite
     for (i, w) in group.iter().enumerate() {
         let Some(before) = &w.before else { continue };
         if cached.as_ref().is_none_or(|(id, _)| *id != w.table.id) {
-            cached = Some((w.table.id, w.table.local_indexes()));
+            let local = w.table.indexes_of(crate::model::index::IndexKind::Local);
+            cached = Some((w.table.id, (!local.is_empty()).then_some(local)));
         }
         let Some((_, Some(indexes))) = &cached else { continue };
         let mut after: RowState = before.clone().unwrap_or_default();
