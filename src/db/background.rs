@@ -27,6 +27,9 @@ pub(crate) struct Shared {
     pub storage: Storage,
     pub tables: RwLock<BTreeMap<String, Arc<TableInner>>>,
     pub visible_seq: AtomicU64,
+    /// The largest sequence whose WAL record is durable (see
+    /// `CommitHost::durable_seq`); streams show no write above it.
+    pub durable_seq: AtomicU64,
     pub stall_micros: AtomicU64,
     /// Bytes appended to the WAL since open.
     pub wal_bytes: AtomicU64,
@@ -59,6 +62,10 @@ impl Drop for Shared {
 impl CommitHost for Shared {
     fn visible_seq(&self) -> &AtomicU64 {
         &self.visible_seq
+    }
+
+    fn durable_seq(&self) -> &AtomicU64 {
+        &self.durable_seq
     }
 
     fn live_tables(&self) -> Vec<Arc<TableInner>> {

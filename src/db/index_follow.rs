@@ -80,8 +80,9 @@ pub(super) async fn drain(db: &Database) {
         }
         if let Some(shards) = t.stream.read().clone() {
             let covered = db.inner.shared.visible_seq.load(Ordering::Acquire);
+            let durable = db.inner.sync_wal().await;
             for (_, log) in shards.all() {
-                let _ = log.sync(covered);
+                let _ = log.sync(covered, durable);
             }
         }
         for target in targets {
@@ -239,9 +240,7 @@ async fn apply(
     // A record is in its shard's log a moment before its write is
     // visible: the snapshot must hold every write of the batch. The wait
     // is bounded: past it the batch fails (it is not checkpointed, and
-    // comes again). A record whose write never became durable (a power
-    // cut under interval durability can leave a stream log ahead of the
-    // WAL, a known gap) holds the index back until later writes pass it.
+    // comes again).
     let newest = records.iter().map(|r| r.seq).max().unwrap_or(0);
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
     while inner.shared.visible_seq.load(Ordering::Acquire) < newest {
@@ -304,5 +303,17 @@ pub(super) async fn sync(
         .send(msg)
         .await
         .map_err(|_| Error::closed())?;
-    rx.await.map_err(|_| Error::closed())?.map(|_| ())
+    rx.await.map_err(|_| Error::closed())??;
+    // Durable before the caller records it done (a tunnel checkpoint, a
+    // backfill's phase): under interval or no durability the WAL is
+    // synced now, or a power cut could take the index writes back while
+    // the checkpoint that skips them stays.
+    let committed = inner.shared.visible_seq.load(Ordering::Acquire);
+    if inner.shared.durable_seq.load(Ordering::Acquire) < committed && inner.sync_wal().await < committed {
+        return Err(Error::new(
+            crate::error::ErrorKind::Io,
+            "the WAL could not be synced after an index's writes (see the error before this one)",
+        ));
+    }
+    Ok(())
 }

@@ -69,6 +69,22 @@ impl DbInner {
         self.commit_tx.as_ref().ok_or_else(|| self.read_only_error(what))
     }
 
+    /// Fsyncs the WAL now and returns the largest durable sequence (all
+    /// of them when the database is read-only or its committer is gone).
+    pub(crate) async fn sync_wal(&self) -> u64 {
+        if let Ok(tx) = self.sender("a WAL sync") {
+            let (done, wait) = tokio::sync::oneshot::channel();
+            if tx
+                .send(crate::write::committer::CommitMsg::Sync { done: Some(done) })
+                .await
+                .is_ok()
+            {
+                let _ = wait.await;
+            }
+        }
+        self.shared.durable_seq.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Refuses `what` (a change) when the database was opened read-only.
     pub(crate) fn writable(&self, what: &str) -> Result<()> {
         self.sender(what).map(|_| ())

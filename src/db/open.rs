@@ -117,6 +117,7 @@ impl Database {
             storage,
             tables: RwLock::new(tables),
             visible_seq: AtomicU64::new(max_seq),
+            durable_seq: AtomicU64::new(max_seq),
             stall_micros: AtomicU64::new(0),
             wal_bytes: AtomicU64::new(0),
             runtime,
@@ -188,7 +189,7 @@ impl Database {
                 loop {
                     tick.tick().await;
                     let Some(tx) = weak.upgrade() else { break };
-                    if tx.send(CommitMsg::Sync).await.is_err() {
+                    if tx.send(CommitMsg::Sync { done: None }).await.is_err() {
                         break;
                     }
                 }

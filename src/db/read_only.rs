@@ -69,6 +69,7 @@ impl Database {
             storage,
             tables: RwLock::new(loaded.tables),
             visible_seq: AtomicU64::new(loaded.max_seq),
+            durable_seq: AtomicU64::new(loaded.max_seq),
             stall_micros: AtomicU64::new(0),
             wal_bytes: AtomicU64::new(0),
             runtime,

@@ -209,7 +209,7 @@ impl Database {
                     // Logs left by a stream disabled before (its deletion cut short).
                     remove_dir(&dir)?;
                     let parts: Vec<u64> = t.state.read().parts.iter().map(|p| p.id).collect();
-                    let shards = StreamShards::open(&dir, parts, false)?;
+                    let shards = StreamShards::open(&dir, parts, false, u64::MAX)?;
                     shards.set_expiration_hours(hours);
                     shards.set_origin_columns(columns);
                     self.commit_catalog(&mut cat, next).await?;
@@ -513,7 +513,9 @@ fn opening_manifest(t: &TableInner) -> Result<crate::manifest::TableManifest> {
 /// writes to tables with streams, in log order; a write is in place when
 /// the log of its partition, or of an ancestor that held its key, has
 /// it; otherwise it goes to its partition's (records already expired
-/// are left out). Every write up to `max_seq` is then in the logs.
+/// are left out). Every write up to `max_seq` is then in the logs, and
+/// none above it (records of writes a power cut took out of the WAL are
+/// cut first: new writes take their sequences).
 pub(super) fn open_log(
     root: &std::path::Path,
     t: &TableInner,
@@ -522,7 +524,7 @@ pub(super) fn open_log(
     (max_seq, now_us): (u64, u64),
 ) -> Result<Arc<StreamShards>> {
     let manifest = opening_manifest(t)?;
-    let shards = StreamShards::open(&stream_dir(root, t.id), [], false)?;
+    let shards = StreamShards::open(&stream_dir(root, t.id), [], false, max_seq)?;
     shards.set_expiration_hours(spec.expiration_hours);
     shards.set_origin_columns(spec.columns.clone());
     let live: Vec<u64> = manifest.partitions.iter().map(|p| p.id).collect();
@@ -580,7 +582,7 @@ pub(super) fn open_log(
         }
     }
     for (_, log) in shards.all() {
-        log.sync(max_seq)?;
+        log.sync(max_seq, max_seq)?;
     }
     Ok(shards)
 }
@@ -589,7 +591,7 @@ pub(super) fn open_log(
 /// open): the live partitions' and the closed ones kept.
 pub(super) fn open_live(root: &std::path::Path, t: &TableInner) -> Result<Arc<StreamShards>> {
     let manifest = opening_manifest(t)?;
-    let shards = StreamShards::open(&stream_dir(root, t.id), [], true)?;
+    let shards = StreamShards::open(&stream_dir(root, t.id), [], true, u64::MAX)?;
     for p in &manifest.partitions {
         shards.add(p.id)?;
     }
@@ -613,6 +615,15 @@ pub(super) fn start_syncing(shared: std::sync::Weak<super::background::Shared>) 
                     break;
                 }
                 let covered = shared.visible_seq.load(std::sync::atomic::Ordering::Acquire);
+                let durable = shared.durable_seq.load(std::sync::atomic::Ordering::Acquire);
+                if durable < covered {
+                    // Interval or no durability: the records of writes not
+                    // yet durable wait for the WAL's next fsync, asked for
+                    // now (readers see them within two rounds).
+                    if let Some(tx) = shared.commit_tx.get().and_then(|tx| tx.upgrade()) {
+                        let _ = tx.try_send(crate::write::committer::CommitMsg::Sync { done: None });
+                    }
+                }
                 let expire = last_expiry.elapsed() >= EXPIRE_EVERY;
                 let now_us = shared.options.clock.now_ms().max(0) as u64 * 1000;
                 // Each table's shards, with its live partitions.
@@ -629,7 +640,7 @@ pub(super) fn start_syncing(shared: std::sync::Weak<super::background::Shared>) 
                 for (shards, live) in tables {
                     for (part, log) in shards.all() {
                         // A failure stops the log (`StreamLog::check` reports it).
-                        let _ = log.sync(covered);
+                        let _ = log.sync(covered, durable);
                         if expire {
                             let cutoff = now_us.saturating_sub(log.expiration_us());
                             let _ = match live.contains(&part) {
@@ -649,7 +660,9 @@ pub(super) fn start_syncing(shared: std::sync::Weak<super::background::Shared>) 
         .map_err(|e| Error::io("start the stream thread", e))
 }
 
-/// How often stream logs are synced: the most a reader waits for a write.
+/// How often stream logs are synced: the most a reader waits for a write
+/// under `Durability::Sync` (under the others, a write waits for the
+/// WAL's fsync too, asked for by the round that finds it: two rounds).
 const SYNC_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// How often expired stream files are looked for.

@@ -74,19 +74,28 @@ struct Appender {
     times: Vec<(u64, u64)>,
     /// The current file's newest commit time.
     time: u64,
+    /// Records appended and not readable yet, oldest first: each one's
+    /// largest sequence and the position just past it.
+    unread: std::collections::VecDeque<(u64, (u64, usize))>,
 }
 
 impl StreamLog {
     /// Opens (creating) the log in `dir`: reads it back, cutting a torn
-    /// tail, and starts a new file for appends.
-    pub fn open(dir: &Path) -> Result<Arc<StreamLog>> {
-        Self::open_with(dir, FILE_BYTES)
+    /// tail and every record above sequence `keep` (the database's
+    /// newest durable write: a record above it is of a write a power cut
+    /// took out of the WAL, whose sequence a new write will have), and
+    /// starts a new file for appends.
+    pub fn open(dir: &Path, keep: u64) -> Result<Arc<StreamLog>> {
+        Self::open_with(dir, FILE_BYTES, keep)
     }
 
     /// [`open`](Self::open), sealing files past `file_bytes`.
-    fn open_with(dir: &Path, file_bytes: u64) -> Result<Arc<StreamLog>> {
+    fn open_with(dir: &Path, file_bytes: u64, keep: u64) -> Result<Arc<StreamLog>> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create stream log {}", dir.display()), e))?;
-        let replayed = wal::replay(dir)?;
+        let mut replayed = wal::replay(dir)?;
+        if replayed.entries.last().is_some_and(|e| e.seq > keep) && wal::cut_above(dir, keep)? {
+            replayed = wal::replay(dir)?;
+        }
         let last_seq = replayed.entries.last().map_or(0, |e| e.seq);
         let last_commit_us = replayed.entries.iter().map(|e| e.commit_us).max().unwrap_or(0);
         let times: Vec<(u64, u64)> = replayed
@@ -110,6 +119,7 @@ impl StreamLog {
                 wal: writer,
                 times,
                 time: 0,
+                unread: Default::default(),
             })),
             last_seq: AtomicU64::new(last_seq),
             synced_seq: AtomicU64::new(last_seq),
@@ -206,6 +216,8 @@ impl StreamLog {
             w.time = 0;
         }
         w.time = w.time.max(commit_us);
+        let end = w.wal.position();
+        w.unread.push_back((max_seq, end));
         self.last_seq.store(max_seq, Ordering::Release);
         self.last_commit_us.fetch_max(commit_us, Ordering::AcqRel);
         Ok(())
@@ -237,37 +249,53 @@ impl StreamLog {
         }
     }
 
-    /// Syncs what was appended and lets readers see it. `covered`: every
-    /// write with a sequence up to it that belongs in this log had been
-    /// appended when the call began (the committer appends before it makes
-    /// a write visible, so the visible sequence read before the call is
-    /// one): WAL writes up to it are no longer needed by this log.
-    pub fn sync(&self, covered: u64) -> Result<()> {
+    /// Syncs what was appended and lets readers see it, up to the records
+    /// whose writes are durable in the WAL (`durable`: a power cut takes
+    /// back no write up to it). A record above it stays unread: a power
+    /// cut may take its write out of the WAL, and a reader must never
+    /// see a write the table then lacks (the next open cuts such records,
+    /// see [`StreamLog::open`]). `covered`: every write with a sequence
+    /// up to it that belongs in this log had been appended when the call
+    /// began (the committer appends before it makes a write visible, so
+    /// the visible sequence read before the call is one): WAL writes up
+    /// to `min(covered, durable)` are no longer needed by this log.
+    pub fn sync(&self, covered: u64, durable: u64) -> Result<()> {
         self.check()?;
         if self.writer.is_none() {
             return Ok(());
         }
-        // The fsync goes through a handle of its own, outside the
-        // appender's lock: the committer's appends go on meanwhile. Files
-        // before the current one were synced when they were sealed.
+        // The records that become readable: the oldest unread ones whose
+        // writes are durable.
         let (position, seq) = {
-            let w = self.appender()?;
-            (w.wal.position(), self.last_seq.load(Ordering::Acquire).max(covered))
+            let mut w = self.appender()?;
+            let mut position = None;
+            let mut seq = covered.min(durable);
+            while let Some(&(max_seq, at)) = w.unread.front()
+                && max_seq <= durable
+            {
+                w.unread.pop_front();
+                position = Some(at);
+                seq = seq.max(max_seq);
+            }
+            (position, seq)
         };
-        if *self.readable.lock() == position && self.synced_seq() >= seq {
-            return Ok(());
+        if let Some(position) = position {
+            // The fsync goes through a handle of its own, outside the
+            // appender's lock: the committer's appends go on meanwhile.
+            // Files before the current one were synced when they were
+            // sealed.
+            let path = self.dir.join(wal::file_name(position.0));
+            let synced = std::fs::File::open(&path).and_then(|f| f.sync_data());
+            if let Err(e) = synced {
+                let e = Error::io(format!("fsync stream log {}", path.display()), e);
+                self.failed.lock().get_or_insert(e.to_string());
+                return Err(e);
+            }
+            // (The power-cut tests cut a file back to what it logged durable.)
+            crate::crash_point::synced(&path, Some(position.1 as u64));
+            let mut readable = self.readable.lock();
+            *readable = (*readable).max(position);
         }
-        let path = self.dir.join(wal::file_name(position.0));
-        let synced = std::fs::File::open(&path).and_then(|f| f.sync_data());
-        if let Err(e) = synced {
-            let e = Error::io(format!("fsync stream log {}", path.display()), e);
-            self.failed.lock().get_or_insert(e.to_string());
-            return Err(e);
-        }
-        // (The power-cut tests cut a file back to what it logged durable.)
-        crate::crash_point::synced(&path, Some(position.1 as u64));
-        let mut readable = self.readable.lock();
-        *readable = (*readable).max(position);
         self.synced_seq.fetch_max(seq, Ordering::AcqRel);
         Ok(())
     }
@@ -469,7 +497,7 @@ mod tests {
     #[test]
     fn records_are_read_once_synced_in_order_at_any_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let log = StreamLog::open_with(dir.path(), 300).unwrap();
+        let log = StreamLog::open_with(dir.path(), 300, u64::MAX).unwrap();
         let mut seq = 1;
         for g in 0..20u64 {
             let n = g % 4 + 1;
@@ -478,12 +506,12 @@ mod tests {
             seq += n;
             if g == 9 {
                 assert!(read_all(&log, 5).is_empty(), "nothing is readable before a sync");
-                log.sync(0).unwrap();
+                log.sync(0, u64::MAX).unwrap();
             }
         }
         let first_half: Vec<u64> = (1..=read_all(&log, 100).len() as u64).collect();
         assert_eq!(read_all(&log, 100), first_half);
-        log.sync(0).unwrap();
+        log.sync(0, u64::MAX).unwrap();
         let all: Vec<u64> = (1..seq).collect();
         for limit in [1, 2, 3, 7, 100] {
             assert_eq!(read_all(&log, limit), all, "limit {limit}");
@@ -501,33 +529,74 @@ mod tests {
     #[test]
     fn a_reopen_finds_the_last_write_and_cuts_a_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let log = StreamLog::open_with(dir.path(), 1 << 20).unwrap();
+        let log = StreamLog::open_with(dir.path(), 1 << 20, u64::MAX).unwrap();
         log.append(&group(1, 3, 10), 1, 3, 10).unwrap();
         log.append(&group(4, 2, 11), 4, 5, 11).unwrap();
-        log.sync(0).unwrap();
+        log.sync(0, u64::MAX).unwrap();
         drop(log);
         let newest = *wal::file_numbers(dir.path()).unwrap().last().unwrap();
         let path = dir.path().join(wal::file_name(newest));
         let mut data = std::fs::read(&path).unwrap();
         data.extend_from_slice(&[9, 0, 0, 0, 1]);
         std::fs::write(&path, &data).unwrap();
-        let log = StreamLog::open_with(dir.path(), 1 << 20).unwrap();
+        let log = StreamLog::open_with(dir.path(), 1 << 20, u64::MAX).unwrap();
         assert_eq!((log.last_seq(), log.last_commit_us()), (5, 11));
         assert_eq!(read_all(&log, 10), [1, 2, 3, 4, 5]);
         log.append(&group(6, 1, 12), 6, 6, 12).unwrap();
-        log.sync(0).unwrap();
+        log.sync(0, u64::MAX).unwrap();
         assert_eq!(read_all(&log, 10), [1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn records_above_the_durable_write_stay_unread_and_an_open_cuts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = StreamLog::open_with(dir.path(), 80, u64::MAX).unwrap();
+        let mut seq = 1;
+        for g in 0..12u64 {
+            log.append(&group(seq, 2, 10 + g), seq, seq + 1, 10 + g).unwrap();
+            seq += 2;
+        }
+        // The WAL is durable up to write 9: the records up to it are read.
+        log.sync(24, 9).unwrap();
+        assert_eq!(
+            read_all(&log, 100),
+            (1..=8).collect::<Vec<_>>(),
+            "a record is read whole"
+        );
+        assert_eq!(log.synced_seq(), 9);
+        assert!(!log.fully_synced());
+        log.sync(24, 16).unwrap();
+        assert_eq!(read_all(&log, 100), (1..=16).collect::<Vec<_>>());
+        // A power cut took writes 17.. out of the WAL: the next open cuts
+        // them from the log (across files), and new writes take their
+        // sequences.
+        drop(log);
+        let files = wal::file_numbers(dir.path()).unwrap();
+        assert!(files.len() > 2, "{files:?}");
+        let log = StreamLog::open_with(dir.path(), 80, 16).unwrap();
+        assert_eq!(log.last_seq(), 16);
+        assert_eq!(read_all(&log, 100), (1..=16).collect::<Vec<_>>());
+        assert!(
+            wal::file_numbers(dir.path()).unwrap().starts_with(&files),
+            "the cut files keep their numbers"
+        );
+        log.append(&group(17, 3, 50), 17, 19, 50).unwrap();
+        log.sync(19, 19).unwrap();
+        assert_eq!(read_all(&log, 100), (1..=19).collect::<Vec<_>>());
+        drop(log);
+        let log = StreamLog::open_with(dir.path(), 80, 19).unwrap();
+        assert_eq!(read_all(&log, 100), (1..=19).collect::<Vec<_>>());
     }
 
     #[test]
     fn expired_files_go_oldest_first_and_their_positions_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let log = StreamLog::open_with(dir.path(), 100).unwrap();
+        let log = StreamLog::open_with(dir.path(), 100, u64::MAX).unwrap();
         for g in 0..12u64 {
             log.append(&group(g * 2 + 1, 2, 100 * g), g * 2 + 1, g * 2 + 2, 100 * g)
                 .unwrap();
         }
-        log.sync(0).unwrap();
+        log.sync(0, u64::MAX).unwrap();
         let start = log.start().unwrap();
         let before = wal::file_numbers(dir.path()).unwrap().len();
         log.expire(550).unwrap();

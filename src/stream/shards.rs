@@ -32,19 +32,24 @@ pub(crate) struct StreamShards {
     logs: RwLock<BTreeMap<u64, Arc<StreamLog>>>,
     expiration_hours: AtomicU32,
     origin_columns: RwLock<Arc<Vec<String>>>,
+    /// The newest durable write at the database's open: records above it
+    /// are cut from the logs opened (see [`StreamLog::open`]).
+    keep: u64,
 }
 
 impl StreamShards {
     /// The shards `parts` of the stream in `dir`, opened (created when
     /// missing); `live`: beside the process that writes them, changing
-    /// nothing.
-    pub fn open(dir: &Path, parts: impl IntoIterator<Item = u64>, live: bool) -> Result<Arc<Self>> {
+    /// nothing; `keep`: the newest durable write (records above it are
+    /// cut, see [`StreamLog::open`]).
+    pub fn open(dir: &Path, parts: impl IntoIterator<Item = u64>, live: bool, keep: u64) -> Result<Arc<Self>> {
         let shards = Arc::new(StreamShards {
             dir: dir.to_path_buf(),
             live,
             logs: RwLock::new(BTreeMap::new()),
             expiration_hours: AtomicU32::new(u32::MAX),
             origin_columns: RwLock::default(),
+            keep,
         });
         for part in parts {
             shards.add(part)?;
@@ -69,7 +74,7 @@ impl StreamShards {
         let dir = self.shard_dir(part);
         let log = match self.live {
             true => StreamLog::open_live(&dir),
-            false => StreamLog::open(&dir)?,
+            false => StreamLog::open(&dir, self.keep)?,
         };
         let hours = self.expiration_hours.load(Ordering::Acquire);
         if hours != u32::MAX {

@@ -23,6 +23,11 @@ pub(crate) struct WalWriter {
     size: u64,
     /// Largest sequence in the current file.
     max_seq: u64,
+    /// Largest sequence appended by this writer.
+    appended_seq: u64,
+    /// Largest sequence whose record is durable (fsynced): every record
+    /// this writer appended up to it is.
+    durable_seq: u64,
     /// Older files: (number, largest sequence in them).
     sealed: Vec<(u64, u64)>,
     last_sync: Instant,
@@ -56,6 +61,8 @@ impl WalWriter {
             number,
             size: 0,
             max_seq: 0,
+            appended_seq: 0,
+            durable_seq: 0,
             sealed,
             last_sync: Instant::now(),
             dirty: false,
@@ -88,6 +95,7 @@ impl WalWriter {
         }
         self.size += (header.len() + payload.len()) as u64;
         self.max_seq = self.max_seq.max(max_seq);
+        self.appended_seq = self.appended_seq.max(max_seq);
         self.dirty = true;
         match self.durability {
             Durability::Sync => self.sync()?,
@@ -113,8 +121,16 @@ impl WalWriter {
                 crate::crash_point::synced(&path, Some(MAGIC.len() as u64 + self.size));
             }
         }
+        self.durable_seq = self.appended_seq;
         self.last_sync = Instant::now();
         Ok(())
+    }
+
+    /// The largest sequence this writer appended whose record is durable
+    /// (0: none yet). Under `Durability::Sync` it is the last appended;
+    /// otherwise it follows the syncs (timer, rotation, an explicit one).
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq
     }
 
     /// Cuts a preallocated file back to its records, durably, so that a

@@ -39,7 +39,9 @@ mod replay;
 
 pub use appender::{OsWalOpener, WalFile, WalOpener};
 pub(crate) use appender::{WalWriter, sync_dir};
-pub(crate) use replay::{Replayed, WalCursor, file_numbers, read_file, read_one_record, replay, replay_live};
+pub(crate) use replay::{
+    Replayed, WalCursor, cut_above, file_numbers, read_file, read_one_record, replay, replay_live,
+};
 
 use crate::error::Result;
 use crate::model::codec::{self, Decoder};

@@ -233,6 +233,46 @@ pub(crate) fn read_one_record(path: &Path, data: &[u8], offset: usize) -> Result
     }
 }
 
+/// Cuts from the log files in `dir` (read back whole, see [`replay`])
+/// every record whose writes are above sequence `keep`, oldest file
+/// first: the first such record and everything after it go. The files
+/// stay, cut to their first bytes if need be, so that their numbers are
+/// not given again to files with other records. Returns whether
+/// anything was cut.
+pub(crate) fn cut_above(dir: &Path, keep: u64) -> Result<bool> {
+    let mut cut = false;
+    for number in file_numbers(dir)? {
+        let path = dir.join(file_name(number));
+        let data = std::fs::read(&path).map_err(|e| Error::io(format!("read log file {}", path.display()), e))?;
+        let Some((start, _)) = file_format(&data) else {
+            continue;
+        };
+        let mut at = if cut { Some(start) } else { None };
+        let mut pos = start;
+        while at.is_none() {
+            let Some((entries, next)) = read_one_record(&path, &data, pos)? else {
+                break;
+            };
+            if entries.first().is_some_and(|e| e.seq > keep) {
+                at = Some(pos);
+            }
+            pos = next;
+        }
+        let Some(at) = at.filter(|at| *at < data.len()) else {
+            continue;
+        };
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("open log file {}", path.display()), e))?;
+        f.set_len(at as u64)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| Error::io(format!("cut log file {}", path.display()), e))?;
+        cut = true;
+    }
+    Ok(cut)
+}
+
 /// The numbers of the WAL files in `dir`, ascending.
 pub(crate) fn file_numbers(dir: &Path) -> Result<Vec<u64>> {
     let mut numbers = Vec::new();

@@ -126,8 +126,10 @@ pub(crate) enum CommitMsg {
         change: Box<dyn FnOnce() + Send>,
         done: oneshot::Sender<()>,
     },
-    /// Fsync now (interval durability timer), then drop obsolete WAL files.
-    Sync,
+    /// Fsync now (the interval durability timer, or a stream that waits
+    /// for its writes to be durable), then drop obsolete WAL files;
+    /// `done` is told once the fsync is over.
+    Sync { done: Option<oneshot::Sender<()>> },
     /// A flush finished: obsolete WAL files can go.
     FlushDone,
 }
@@ -135,6 +137,9 @@ pub(crate) enum CommitMsg {
 /// What the committer needs from the database.
 pub(crate) trait CommitHost: Send + Sync + 'static {
     fn visible_seq(&self) -> &AtomicU64;
+    /// The largest sequence whose WAL record is durable (what a stream may
+    /// show: a power cut takes back nothing up to it).
+    fn durable_seq(&self) -> &AtomicU64;
     /// Tables whose unflushed writes pin the WAL.
     fn live_tables(&self) -> Vec<Arc<TableInner>>;
     /// Starts a background flush of the table's frozen memtables.
@@ -560,12 +565,16 @@ impl CommitState {
                     change();
                     let _ = done.send(());
                 }
-                CommitMsg::Sync => {
+                CommitMsg::Sync { done } => {
                     // A failure poisons the WAL: the next group is refused.
                     if let Err(e) = wal.sync() {
                         failed.get_or_insert(e);
                     }
+                    host.durable_seq().fetch_max(wal.durable_seq(), Ordering::AcqRel);
                     gc_wal(host, wal);
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
                 }
                 CommitMsg::FlushDone => gc_wal(host, wal),
                 CommitMsg::Write { .. }
@@ -628,6 +637,7 @@ fn commit_group(
     }
     let last = first + group.len() as u64 - 1;
     wal.append(payload, last)?;
+    host.durable_seq().fetch_max(wal.durable_seq(), Ordering::AcqRel);
     host.wal_bytes().fetch_add(payload.len() as u64, Ordering::Relaxed);
     *next_seq = last + 1;
     *last_commit_us = commit_us;
