@@ -308,12 +308,7 @@ pub(super) async fn sync(
     // backfill's phase): under interval or no durability the WAL is
     // synced now, or a power cut could take the index writes back while
     // the checkpoint that skips them stays.
-    let committed = inner.shared.visible_seq.load(Ordering::Acquire);
-    if inner.shared.durable_seq.load(Ordering::Acquire) < committed && inner.sync_wal().await < committed {
-        return Err(Error::new(
-            crate::error::ErrorKind::Io,
-            "the WAL could not be synced after an index's writes (see the error before this one)",
-        ));
-    }
-    Ok(())
+    inner
+        .durable_through(inner.shared.visible_seq.load(Ordering::Acquire))
+        .await
 }

@@ -85,6 +85,20 @@ impl DbInner {
         self.shared.durable_seq.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Waits until every write up to `seq` is durable in the WAL (syncs
+    /// it under interval or no durability): what is handed out or
+    /// recorded as done (a tunnel's rows, an index's checkpoint) must not
+    /// be taken back by a power cut.
+    pub(crate) async fn durable_through(&self, seq: u64) -> Result<()> {
+        if self.shared.durable_seq.load(std::sync::atomic::Ordering::Acquire) >= seq || self.sync_wal().await >= seq {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Io,
+            format!("the WAL could not be made durable up to write {seq} (see the error logged before this one)"),
+        ))
+    }
+
     /// Refuses `what` (a change) when the database was opened read-only.
     pub(crate) fn writable(&self, what: &str) -> Result<()> {
         self.sender(what).map(|_| ())

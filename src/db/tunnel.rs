@@ -465,6 +465,9 @@ impl TunnelWorker {
     async fn full_phase(&self, t: &Arc<TableInner>, state: &mut TunnelState, saver: &mut Checkpoints) -> Result<()> {
         let snaps = t.snapshots(&self.db.inner.shared.visible_seq);
         let seq = snaps.first().map_or(0, |s| s.seq);
+        // No row goes out that a power cut could take back (interval or
+        // no durability).
+        self.db.inner.durable_through(seq).await?;
         // The stream phase takes over from the first snapshot read: it is
         // durable before any row goes out.
         if state.snapshot_seq.is_none() {

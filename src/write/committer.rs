@@ -686,6 +686,7 @@ fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>, s
     // Start a new WAL file so that this memtable's file can go once flushed.
     if wal.current_size() > 0 {
         let _ = wal.rotate();
+        host.durable_seq().fetch_max(wal.durable_seq(), Ordering::AcqRel);
     }
     if schedule {
         host.schedule_flush(table.clone());
