@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::model::key;
-use crate::model::row::{Mutation, ReadOptions, RowState, visible_cells};
+use crate::model::row::{Mutation, RowState};
 use crate::model::schema::{MAX_PK_VALUE_BYTES, PkColumn, TableOptions, TableSchema, validate_name};
 use crate::model::types::{PkType, PkValue, Value, ValueType};
 
@@ -289,23 +289,21 @@ impl IndexDef {
     /// included cell is newer than it, so that under a TTL an index row
     /// expires with the first of its key cells, as its base row stops
     /// being indexable then.
-    pub(crate) fn row_of(&self, base_key: &[u8], state: Option<&RowState>) -> Option<(Vec<u8>, Mutation)> {
+    pub(crate) fn row_of(&self, base_key: &[u8], state: Option<&impl RowView>) -> Option<(Vec<u8>, Mutation)> {
         let state = state?;
-        let opts = TableOptions::default();
-        let cells = visible_cells(state, i64::MAX, &opts, &ReadOptions::default())?;
-        let newest = |c: &str| -> Option<(i64, &Value)> {
-            let i = cells.binary_search_by(|(n, _)| n.as_str().cmp(c)).ok()?;
-            cells[i].1.first().map(|cell| (cell.version, &cell.value))
-        };
-        let (key, marker) = self.key_with(base_key, newest)?;
-        let marker = marker.unwrap_or_else(|| {
-            let newest_cell = cells.iter().filter_map(|(_, c)| c.first().map(|c| c.version)).max();
-            newest_cell.max(state.row_ts).unwrap_or(0)
-        });
+        if !state.exists() {
+            return None;
+        }
+        let (key, marker) = self.key_with(base_key, |c| state.newest(c))?;
+        let marker = marker.unwrap_or_else(|| state.newest_version().unwrap_or(0));
         let included = self
             .include
             .iter()
-            .filter_map(|c| newest(c).map(|(v, value)| (c.clone(), v.min(marker), value.clone())))
+            .filter_map(|c| {
+                state
+                    .newest(c)
+                    .map(|(v, value)| (c.clone(), v.min(marker), value.clone()))
+            })
             .collect();
         Some((
             key,
@@ -364,8 +362,8 @@ impl IndexDef {
     pub(crate) fn writes_for(
         &self,
         base_key: &[u8],
-        before: Option<&RowState>,
-        after: Option<&RowState>,
+        before: Option<&impl RowView>,
+        after: Option<&impl RowView>,
     ) -> Vec<(Vec<u8>, Mutation)> {
         let old = self.row_of(base_key, before);
         let new = self.row_of(base_key, after);
@@ -403,6 +401,65 @@ impl IndexDef {
             )));
         }
         Ok(())
+    }
+}
+
+/// What an index row is derived from: a row as a table with indexes
+/// keeps it (one version per cell, no TTL to apply: an index row expires
+/// with its own TTL). Read straight from the row, nothing copied: the
+/// committer derives each write's index rows, old and new, in its loop.
+pub(crate) trait RowView {
+    /// Whether the row exists (a cell, or a row marker).
+    fn exists(&self) -> bool;
+    /// The newest version of column `c` and its value.
+    fn newest(&self, c: &str) -> Option<(i64, &Value)>;
+    /// The newest version among the cells and the row marker.
+    fn newest_version(&self) -> Option<i64>;
+}
+
+impl RowView for RowState {
+    fn exists(&self) -> bool {
+        self.row_ts.is_some() || self.columns.values().any(|c| !c.versions.is_empty())
+    }
+
+    fn newest(&self, c: &str) -> Option<(i64, &Value)> {
+        self.columns.get(c)?.versions.first().map(|(v, value)| (*v, value))
+    }
+
+    fn newest_version(&self) -> Option<i64> {
+        let cells = self
+            .columns
+            .values()
+            .filter_map(|c| c.versions.first().map(|(v, _)| *v));
+        cells.max().max(self.row_ts)
+    }
+}
+
+/// The row a PutRow leaves (it replaces the whole row): its marker and
+/// cells, as the mutation holds them (a column may come with several
+/// versions; at one version the later cell wins, as in `RowState::apply`).
+pub(crate) struct PutView<'a> {
+    pub row_ts: Option<i64>,
+    pub cells: &'a [(String, i64, Value)],
+}
+
+impl RowView for PutView<'_> {
+    fn exists(&self) -> bool {
+        self.row_ts.is_some() || !self.cells.is_empty()
+    }
+
+    fn newest(&self, c: &str) -> Option<(i64, &Value)> {
+        let mut best: Option<(i64, &Value)> = None;
+        for (name, v, value) in self.cells {
+            if name == c && best.is_none_or(|(b, _)| *v >= b) {
+                best = Some((*v, value));
+            }
+        }
+        best
+    }
+
+    fn newest_version(&self) -> Option<i64> {
+        self.cells.iter().map(|(_, v, _)| *v).max().max(self.row_ts)
     }
 }
 
@@ -446,4 +503,112 @@ fn key_parts<'a>(key: &'a [u8], types: &[PkType]) -> Option<Vec<&'a [u8]>> {
         rest = &rest[n..];
     }
     rest.is_empty().then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::model::row::{ReadOptions, visible_cells};
+
+    /// `row_of` as it was first written: through the cells a read returns.
+    fn reference_row_of(def: &IndexDef, base_key: &[u8], state: &RowState) -> Option<(Vec<u8>, Mutation)> {
+        let cells = visible_cells(state, i64::MAX, &TableOptions::default(), &ReadOptions::default())?;
+        let newest = |c: &str| -> Option<(i64, &Value)> {
+            let i = cells.binary_search_by(|(n, _)| n.as_str().cmp(c)).ok()?;
+            cells[i].1.first().map(|cell| (cell.version, &cell.value))
+        };
+        let (key, marker) = def.key_with(base_key, newest)?;
+        let marker = marker.unwrap_or_else(|| {
+            let newest_cell = cells.iter().filter_map(|(_, c)| c.first().map(|c| c.version)).max();
+            newest_cell.max(state.row_ts).unwrap_or(0)
+        });
+        let included = def
+            .include
+            .iter()
+            .filter_map(|c| newest(c).map(|(v, value)| (c.clone(), v.min(marker), value.clone())))
+            .collect();
+        Some((
+            key,
+            Mutation::Put {
+                row_ts: Some(marker),
+                cells: included,
+            },
+        ))
+    }
+
+    fn defs() -> Vec<IndexDef> {
+        let schema = TableSchema::new("t")
+            .pk("k", PkType::Integer)
+            .column("a", ValueType::Integer)
+            .column("b", ValueType::String)
+            .column("c", ValueType::Integer);
+        let spec = |name: &str, columns: &[&str], include: &[&str]| IndexSpec {
+            name: name.into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            include: include.iter().map(|c| c.to_string()).collect(),
+            kind: IndexKind::Global,
+            include_base_data: false,
+        };
+        let opts = TableOptions::default();
+        vec![
+            IndexDef::new(&spec("i1", &["a"], &["b", "c"]), &schema, &opts, &[]).unwrap(),
+            IndexDef::new(&spec("i2", &["b", "a"], &[]), &schema, &opts, &[]).unwrap(),
+            // Keyed by the table key alone: its marker is the row's newest version.
+            IndexDef::new(&spec("i3", &["k"], &["c"]), &schema, &opts, &[]).unwrap(),
+        ]
+    }
+
+    fn cell() -> impl Strategy<Value = (String, i64, Value)> {
+        let value = prop_oneof![
+            (-3i64..3).prop_map(Value::Integer),
+            "[xy]{0,2}".prop_map(Value::String),
+            Just(Value::Boolean(true)),
+        ];
+        (prop_oneof![Just("a"), Just("b"), Just("c"), Just("d")], 1i64..4, value)
+            .prop_map(|(n, v, value)| (n.to_string(), v, value))
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        use crate::model::row::Action;
+        let put = (proptest::option::of(1i64..5), proptest::collection::vec(cell(), 0..6))
+            .prop_map(|(row_ts, cells)| Mutation::Put { row_ts, cells });
+        let action = prop_oneof![
+            cell().prop_map(|(column, version, value)| Action::Put { column, version, value }),
+            (prop_oneof![Just("a"), Just("b")], 1i64..4).prop_map(|(c, version)| Action::DeleteVersion {
+                column: c.to_string(),
+                version
+            }),
+            prop_oneof![Just("a"), Just("c")].prop_map(|c| Action::DeleteAll { column: c.to_string() }),
+        ];
+        let update = proptest::collection::vec(action, 1..4).prop_map(|actions| Mutation::Update { actions });
+        prop_oneof![put, update, Just(Mutation::Delete)]
+    }
+
+    proptest! {
+        /// The index row read from a row in place equals the one derived
+        /// through a read's cells, and a PutRow read as it stands equals
+        /// the row it leaves: after any history of writes.
+        #[test]
+        fn index_rows_read_in_place_equal_the_reads(history in proptest::collection::vec(mutation(), 1..6)) {
+            let key = key::encode_integer(7).to_vec();
+            let mut state: Option<RowState> = None;
+            for (seq, m) in history.iter().enumerate() {
+                for def in defs() {
+                    if let Mutation::Put { row_ts, cells } = m {
+                        let mut after = state.clone().unwrap_or_default();
+                        after.apply(seq as u64 + 1, m);
+                        let view = PutView { row_ts: *row_ts, cells };
+                        prop_assert_eq!(def.row_of(&key, Some(&view)), def.row_of(&key, Some(&after)));
+                    }
+                }
+                state.get_or_insert_with(RowState::default).apply(seq as u64 + 1, m);
+                let st = state.as_ref().unwrap();
+                for def in defs() {
+                    prop_assert_eq!(def.row_of(&key, Some(st)), reference_row_of(&def, &key, st));
+                }
+            }
+        }
+    }
 }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use super::checked::PendingWrite;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::api::{RowWrite, UpdateAction};
+use crate::model::index::PutView;
 use crate::model::row::{Mutation, RowState};
 use crate::state::TableInner;
 
@@ -99,16 +100,37 @@ pub(crate) fn index_writes(group: &[PendingWrite], first: u64) -> Vec<IndexWrite
             cached = Some((w.table.id, (!local.is_empty()).then_some(local)));
         }
         let Some((_, Some(indexes))) = &cached else { continue };
-        let mut after: RowState = before.clone().unwrap_or_default();
-        after.apply(first + i as u64, &w.mutation);
-        for target in indexes {
-            for (key, mutation) in target.def.writes_for(&w.key, before.as_ref(), Some(&after)) {
-                out.push(IndexWrite {
-                    at: i,
-                    table: target.table.clone(),
-                    key,
-                    mutation,
-                });
+        let mut push = |target: &crate::state::IndexTarget, writes: Vec<(Vec<u8>, Mutation)>| {
+            out.extend(writes.into_iter().map(|(key, mutation)| IndexWrite {
+                at: i,
+                table: target.table.clone(),
+                key,
+                mutation,
+            }))
+        };
+        // The row after the write: a PutRow's is the PutRow itself (read
+        // in place, nothing copied), an UpdateRow's is applied to a copy.
+        match &w.mutation {
+            Mutation::Put { row_ts, cells } => {
+                let after = PutView { row_ts: *row_ts, cells };
+                for target in indexes {
+                    push(target, target.def.writes_for(&w.key, before.as_ref(), Some(&after)));
+                }
+            }
+            Mutation::Delete => {
+                for target in indexes {
+                    push(
+                        target,
+                        target.def.writes_for(&w.key, before.as_ref(), None::<&RowState>),
+                    );
+                }
+            }
+            Mutation::Update { .. } => {
+                let mut after: RowState = before.clone().unwrap_or_default();
+                after.apply(first + i as u64, &w.mutation);
+                for target in indexes {
+                    push(target, target.def.writes_for(&w.key, before.as_ref(), Some(&after)));
+                }
             }
         }
     }
