@@ -7,10 +7,13 @@
 //! the stream's origin columns; readers of the Stream API see only the
 //! columns they asked for). For a batch of records the follower computes,
 //! per base row: the index keys the row had before each write (from the
-//! records' origins: those rows go, whatever happened since), and the
-//! index row the row has now, read on a snapshot (committed only if the
-//! row had no write since that snapshot: a later record brings it). Both
-//! go to the committer as one `IndexSync`; then the tunnel checkpoints.
+//! records' origins: those rows go, whatever happened since), and its
+//! index row: as of its last record when that is a PutRow or DeleteRow
+//! (the record says the whole row; a later write's record brings that
+//! write's index row in turn), else the row as it is now, read on a
+//! snapshot (committed only if the row had no write since that snapshot:
+//! a later record brings it). Both go to the committer as one
+//! `IndexSync`; then the tunnel checkpoints.
 //!
 //! Invariants: a record is checkpointed only after its index writes are
 //! durable, so a crash replays it (its writes are idempotent: deletes of
@@ -27,6 +30,7 @@ use super::Database;
 use super::inner::DbInner;
 use super::stream_record::{StreamColumn, StreamRecord};
 use crate::error::{Error, Result};
+use crate::model::index::PutView;
 use crate::model::row::Mutation;
 use crate::model::types::Value;
 use crate::state::{IndexTarget, TableInner};
@@ -215,11 +219,14 @@ async fn apply(
     records: Vec<StreamRecord>,
 ) -> Result<()> {
     // Per base row, in first-seen order: the index keys it had before
-    // each of its writes.
+    // each of its writes, and its last record.
     let mut order: Vec<Vec<u8>> = Vec::new();
-    let mut stale: HashMap<Vec<u8>, Vec<Vec<u8>>> = HashMap::new();
-    for r in &records {
-        let key = base.schema.encode_pk(&r.primary_key)?;
+    let mut rows_of: HashMap<Vec<u8>, (Vec<Vec<u8>>, usize)> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        let key = match &r.raw {
+            Some(raw) => raw.key.clone(),
+            None => base.schema.encode_pk(&r.primary_key)?,
+        };
         let origin = |c: &str| -> Option<(i64, &Value)> {
             r.origin.iter().find_map(|o| match o {
                 StreamColumn::Put { name, value, version } if name == c => Some((*version, value)),
@@ -227,56 +234,86 @@ async fn apply(
             })
         };
         let old = target.def.key_with(&key, origin).map(|(k, _)| k);
-        let entry = stale.entry(key.clone()).or_insert_with(|| {
+        let (stale, last) = rows_of.entry(key.clone()).or_insert_with(|| {
             order.push(key);
-            Vec::new()
+            (Vec::new(), i)
         });
+        *last = i;
         if let Some(k) = old
-            && !entry.contains(&k)
+            && !stale.contains(&k)
         {
-            entry.push(k);
+            stale.push(k);
         }
     }
-    // A record is in its shard's log a moment before its write is
-    // visible: the snapshot must hold every write of the batch. The wait
-    // is bounded: past it the batch fails (it is not checkpointed, and
-    // comes again).
-    let newest = records.iter().map(|r| r.seq).max().unwrap_or(0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
-    while inner.shared.visible_seq.load(Ordering::Acquire) < newest {
-        if std::time::Instant::now() > deadline {
-            return Err(Error::new(
-                crate::error::ErrorKind::Closed,
-                format!(
-                    "a stream record of sequence {newest} is not visible in table '{}' yet; the index tries again",
-                    base.schema.name
-                ),
-            ));
+    // A row whose last record here is a PutRow or a DeleteRow is, as of
+    // that record, what the record says: its index row comes from it,
+    // committed whatever happened since (a later write has a later
+    // record, which puts that write's index row in turn). A row last
+    // updated is read on a snapshot.
+    let last_write = |i: usize| records[i].raw.as_ref().map(|r| &r.mutation);
+    let needs_read = order.iter().any(|k| {
+        let (_, last) = &rows_of[k];
+        !matches!(last_write(*last), Some(Mutation::Put { .. } | Mutation::Delete))
+    });
+    let mut snaps = Vec::new();
+    if needs_read {
+        // A record is in its shard's log a moment before its write is
+        // visible: the snapshot must hold every write of the batch. The
+        // wait is bounded: past it the batch fails (it is not
+        // checkpointed, and comes again).
+        let newest = records.iter().map(|r| r.seq).max().unwrap_or(0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while inner.shared.visible_seq.load(Ordering::Acquire) < newest {
+            if std::time::Instant::now() > deadline {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Closed,
+                    format!(
+                        "a stream record of sequence {newest} is not visible in table '{}' yet; the index tries again",
+                        base.schema.name
+                    ),
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_micros(200)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+        snaps = base.checked_snapshots(&inner.shared.visible_seq);
     }
-    let snaps = base.checked_snapshots(&inner.shared.visible_seq);
     let at = snaps.first().map_or(0, |(s, _)| s.seq);
     let chains: Vec<_> = snaps.iter().map(|(_, c)| c.clone()).collect();
     let mut rows = Vec::with_capacity(order.len());
     for key in order {
-        let Some((snap, _)) = snaps.iter().find(|(s, _)| s.range.contains(&key)) else {
-            continue;
+        let (stale, last) = rows_of.remove(&key).unwrap_or_default();
+        let (now, as_of_record) = match last_write(last) {
+            Some(Mutation::Put { row_ts, cells }) => {
+                let view = PutView { row_ts: *row_ts, cells };
+                (target.def.row_of(&key, Some(&view)), true)
+            }
+            Some(Mutation::Delete) => (None, true),
+            _ => {
+                let Some((snap, _)) = snaps.iter().find(|(s, _)| s.range.contains(&key)) else {
+                    continue;
+                };
+                let state = snap.get_state(&key, None).await?;
+                (target.def.row_of(&key, state.as_ref()), false)
+            }
         };
-        let state = snap.get_state(&key, None).await?;
-        let now = target.def.row_of(&key, state.as_ref());
         let now_key = now.as_ref().map(|(k, _)| k.clone());
-        let always = stale
-            .remove(&key)
-            .unwrap_or_default()
+        let mut always: Vec<_> = stale
             .into_iter()
             .filter(|k| Some(k) != now_key.as_ref())
             .map(|k| (target.table.clone(), k, Mutation::Delete))
             .collect();
+        let now = now.map(|(k, m)| (target.table.clone(), k, m));
+        let writes = match as_of_record {
+            true => {
+                always.extend(now);
+                Vec::new()
+            }
+            false => now.into_iter().collect(),
+        };
         rows.push(SyncRow {
             base_key: key,
             always,
-            writes: now.map(|(k, m)| (target.table.clone(), k, m)).into_iter().collect(),
+            writes,
         });
     }
     sync(inner, base, at, &chains, rows).await

@@ -74,6 +74,17 @@ pub struct StreamRecord {
     pub origin: Vec<StreamColumn>,
     /// The write's sequence number (0 for a tunnel's full-phase row).
     pub(crate) seq: u64,
+    /// The write as the log holds it, for the database's own readers (a
+    /// global index's follower), whose records are not decoded: their
+    /// `primary_key` and `columns` are left empty.
+    pub(crate) raw: Option<Box<RawWrite>>,
+}
+
+/// A log entry's key and mutation (see [`StreamRecord::raw`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RawWrite {
+    pub key: Vec<u8>,
+    pub mutation: Mutation,
 }
 
 /// A log entry as the record readers get; `keep`: the origin columns
@@ -86,6 +97,7 @@ pub(crate) fn stream_record(
 ) -> Result<StreamRecord> {
     Ok(StreamRecord {
         seq: e.seq,
+        raw: None,
         primary_key: schema.decode_pk(&e.key)?,
         sequence: SequenceInfo {
             epoch: 0,
@@ -106,6 +118,37 @@ pub(crate) fn stream_record(
             .map(|(name, version, value)| StreamColumn::Put { name, value, version })
             .collect(),
     })
+}
+
+/// A log entry as the database's own readers take it (see
+/// [`StreamRecord::raw`]): its key and mutation as they are, every origin
+/// column.
+pub(crate) fn raw_record(e: crate::wal::WalEntry, row_index: u32) -> StreamRecord {
+    StreamRecord {
+        seq: e.seq,
+        primary_key: PrimaryKey::default(),
+        sequence: SequenceInfo {
+            epoch: 0,
+            timestamp_us: e.commit_us,
+            row_index,
+        },
+        action: match &e.mutation {
+            Mutation::Put { .. } => StreamAction::PutRow,
+            Mutation::Update { .. } => StreamAction::UpdateRow,
+            Mutation::Delete => StreamAction::DeleteRow,
+        },
+        columns: Vec::new(),
+        origin: e
+            .origin
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, version, value)| StreamColumn::Put { name, value, version })
+            .collect(),
+        raw: Some(Box::new(RawWrite {
+            key: e.key,
+            mutation: e.mutation,
+        })),
+    }
 }
 
 /// A shard's id: the table's id for its first partition (the one shard

@@ -503,6 +503,7 @@ impl TunnelWorker {
                 .enumerate()
                 .map(|(i, row)| StreamRecord {
                     seq: 0,
+                    raw: None,
                     action: StreamAction::PutRow,
                     primary_key: row.primary_key,
                     columns: row
@@ -647,12 +648,11 @@ impl TunnelWorker {
             last_commit_us = last_commit_us.max(e.commit_us);
             // What the full phase's snapshot holds already.
             if e.seq > above {
-                records.push(stream_record(
-                    &schema,
-                    e,
-                    row_index,
-                    keep.as_ref().map(|k| k.as_slice()),
-                )?);
+                records.push(match self.internal {
+                    // The database's own reader takes the write as it is.
+                    true => super::stream_record::raw_record(e, row_index),
+                    false => stream_record(&schema, e, row_index, keep.as_ref().map(|k| k.as_slice()))?,
+                });
             }
         }
         let moved = next != from;
