@@ -616,7 +616,13 @@ impl TunnelWorker {
         };
         let now_us = self.db.inner.now_ms().max(0) as u64 * 1000;
         let cutoff = now_us.saturating_sub(shards.expiration_us());
-        let (entries, next) = match log.read(from, BATCH)? {
+        // The database's own reader (a global index's follower) takes
+        // whole records: none is decoded twice.
+        let read = |at| match self.internal {
+            true => log.read_whole(at, BATCH),
+            false => log.read(at, BATCH),
+        };
+        let (entries, next) = match read(from)? {
             Some(read) => read,
             None => {
                 // The position's file is gone: expired, or a file that
@@ -630,8 +636,7 @@ impl TunnelWorker {
                 if reference < cutoff {
                     return Err(behind(&self.table, &self.name, &c.id));
                 }
-                log.read(log.start()?, BATCH)?
-                    .ok_or_else(|| behind(&self.table, &self.name, &c.id))?
+                read(log.start()?)?.ok_or_else(|| behind(&self.table, &self.name, &c.id))?
             }
         };
         // Records past the expiration are gone for readers, deleted or not.

@@ -352,6 +352,19 @@ impl StreamLog {
     /// starts. A position whose file was deleted (expired) is refused with
     /// `None`.
     pub fn read(&self, from: LogPosition, limit: usize) -> Result<Option<LogRead>> {
+        self.read_inner(from, limit, false)
+    }
+
+    /// [`read`](Self::read) in whole records: the last one read is read to
+    /// its end, past `limit` if need be. A record holds a commit group's
+    /// writes (thousands under a pipelined load) and is decoded whole on
+    /// every read: a reader that cut it at the limit decoded it once per
+    /// cut.
+    pub fn read_whole(&self, from: LogPosition, limit: usize) -> Result<Option<LogRead>> {
+        self.read_inner(from, limit, true)
+    }
+
+    fn read_inner(&self, from: LogPosition, limit: usize, whole: bool) -> Result<Option<LogRead>> {
         self.check()?;
         let readable = *self.readable.lock();
         let numbers = self.files()?;
@@ -391,7 +404,8 @@ impl StreamLog {
                     Err(e) => return Err(e),
                 };
                 let count = entries.len();
-                let take = count.saturating_sub(at.skip).min(limit - out.len());
+                let rest = count.saturating_sub(at.skip);
+                let take = if whole { rest } else { rest.min(limit - out.len()) };
                 out.extend(
                     entries
                         .into_iter()
@@ -515,6 +529,25 @@ mod tests {
         let all: Vec<u64> = (1..seq).collect();
         for limit in [1, 2, 3, 7, 100] {
             assert_eq!(read_all(&log, limit), all, "limit {limit}");
+            // In whole records: the same writes, each read ending at a
+            // record's end.
+            let mut at = log.start().unwrap();
+            let mut whole = Vec::new();
+            loop {
+                let (e, next) = log.read_whole(at, limit).unwrap().unwrap();
+                if e.is_empty() {
+                    break;
+                }
+                assert_eq!(next.skip, 0, "limit {limit}");
+                assert!(
+                    e.len() < limit + 4,
+                    "limit {limit}: {} writes (a record holds at most 4)",
+                    e.len()
+                );
+                whole.extend(seqs(&e));
+                at = next;
+            }
+            assert_eq!(whole, all, "limit {limit}");
         }
         assert!(
             wal::file_numbers(dir.path()).unwrap().len() > 2,
