@@ -78,6 +78,10 @@ struct TunnelState {
 /// Records per batch (and per checkpoint).
 const BATCH: usize = 1000;
 
+/// Records per batch of an internal tunnel (a global index's follower):
+/// each batch is one commit of index writes, so fewer, larger ones.
+const INTERNAL_BATCH: usize = 8192;
+
 /// How long a following worker waits when every channel is idle.
 const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
@@ -619,7 +623,7 @@ impl TunnelWorker {
         // The database's own reader (a global index's follower) takes
         // whole records: none is decoded twice.
         let read = |at| match self.internal {
-            true => log.read_whole(at, BATCH),
+            true => log.read_whole(at, INTERNAL_BATCH),
             false => log.read(at, BATCH),
         };
         let (entries, next) = match read(from)? {
