@@ -94,17 +94,25 @@ async fn global_lag(rows: u64) -> u64 {
     worst
 }
 
-/// Row `i` of the lookup table: the bench row with its seller spread over
-/// the keys (a hash of `i`: a seller's orders come from any card). The
-/// bench row's own seller (`i % 500`) is a function of its card (`i %
-/// 100_000`), the partition key, so page statistics prune a table scan by
-/// seller to a few pages; `CELLAR_LOOKUP_SELLERS=card` loads that instead.
+/// Row `i` of the lookup table: the bench row with its card and its
+/// seller spread (hashes of `i`: orders come from any card, to any
+/// seller, as time goes on). In the bench row both are functions of `i`
+/// (card `i % 100_000`, seller `i % 500`): a seller's rows sit in a 500th
+/// of the cards and the newest rows in the last tenth of them, so page
+/// statistics prune a table scan by seller or by time to a few pages;
+/// `CELLAR_LOOKUP_SELLERS=card` loads those rows instead.
 fn spread_row(i: u64) -> RowWrite {
-    let mut h = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^= h >> 31;
-    PutRow::new(common::key(i))
+    let mix = |mut h: u64| {
+        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^ (h >> 31)
+    };
+    let h = mix(i.wrapping_add(0x9E37_79B9_7F4A_7C15));
+    let card = mix(h) % 100_000;
+    let key = PrimaryKey::new()
+        .with("card_id", card as i64)
+        .with("order_no", format!("o{:010}", i));
+    PutRow::new(key)
         .column("amount", common::amount(i))
         .column("seller_id", format!("seller_{}", h % 500))
         .column("category", ["food", "drink", "books", "service"][(i % 4) as usize])
