@@ -82,7 +82,8 @@ pub(super) async fn drain(db: &Database) {
         if targets.is_empty() {
             continue;
         }
-        if let Some(shards) = t.stream.read().clone() {
+        let shards = t.stream.read().clone();
+        if let Some(shards) = shards {
             let covered = db.inner.shared.visible_seq.load(Ordering::Acquire);
             let durable = db.inner.sync_wal().await;
             for (_, log) in shards.all() {
