@@ -95,37 +95,27 @@ pub(crate) fn stream_record(
     row_index: u32,
     keep: Option<&[String]>,
 ) -> Result<StreamRecord> {
-    Ok(StreamRecord {
-        seq: e.seq,
-        raw: None,
-        primary_key: schema.decode_pk(&e.key)?,
-        sequence: SequenceInfo {
-            epoch: 0,
-            timestamp_us: e.commit_us,
-            row_index,
-        },
-        action: match &e.mutation {
-            Mutation::Put { .. } => StreamAction::PutRow,
-            Mutation::Update { .. } => StreamAction::UpdateRow,
-            Mutation::Delete => StreamAction::DeleteRow,
-        },
-        columns: columns(e.mutation),
-        origin: e
-            .origin
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(name, _, _)| keep.is_none_or(|k| k.contains(name)))
-            .map(|(name, version, value)| StreamColumn::Put { name, value, version })
-            .collect(),
-    })
+    let (mut record, key, mutation) = record_of(e, row_index, keep);
+    record.primary_key = schema.decode_pk(&key)?;
+    record.columns = columns(mutation);
+    Ok(record)
 }
 
 /// A log entry as the database's own readers take it (see
 /// [`StreamRecord::raw`]): its key and mutation as they are, every origin
 /// column.
 pub(crate) fn raw_record(e: crate::wal::WalEntry, row_index: u32) -> StreamRecord {
-    StreamRecord {
+    let (mut record, key, mutation) = record_of(e, row_index, None);
+    record.raw = Some(Box::new(RawWrite { key, mutation }));
+    record
+}
+
+/// A log entry's record without its key and columns (what the two kinds
+/// of readers share), and the entry's key and mutation.
+fn record_of(e: crate::wal::WalEntry, row_index: u32, keep: Option<&[String]>) -> (StreamRecord, Vec<u8>, Mutation) {
+    let record = StreamRecord {
         seq: e.seq,
+        raw: None,
         primary_key: PrimaryKey::default(),
         sequence: SequenceInfo {
             epoch: 0,
@@ -142,13 +132,11 @@ pub(crate) fn raw_record(e: crate::wal::WalEntry, row_index: u32) -> StreamRecor
             .origin
             .unwrap_or_default()
             .into_iter()
+            .filter(|(name, _, _)| keep.is_none_or(|k| k.contains(name)))
             .map(|(name, version, value)| StreamColumn::Put { name, value, version })
             .collect(),
-        raw: Some(Box::new(RawWrite {
-            key: e.key,
-            mutation: e.mutation,
-        })),
-    }
+    };
+    (record, e.key, e.mutation)
 }
 
 /// A shard's id: the table's id for its first partition (the one shard
