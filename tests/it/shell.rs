@@ -156,6 +156,9 @@ fn ctrl_c_cancels_the_running_statement_and_the_work_stops() {
     p.exp_string(PROMPT).unwrap();
     p.send_control('c').unwrap();
     p.exp_string("Ctrl-C again").unwrap();
+    // At the prompt again (the line editor reads keys in raw mode once it
+    // has drawn it; a Ctrl-C sent before that is a signal, not a key).
+    p.exp_string(PROMPT).unwrap();
     p.send_control('c').unwrap();
     p.exp_eof().unwrap();
 }
