@@ -85,7 +85,9 @@ pub(super) async fn drain(db: &Database) {
         let shards = t.stream.read().clone();
         if let Some(shards) = shards {
             let covered = db.inner.shared.visible_seq.load(Ordering::Acquire);
-            let durable = db.inner.sync_wal().await;
+            // (A WAL sync only where the durability setting left one due.)
+            let _ = db.inner.durable_through(covered).await;
+            let durable = db.inner.shared.durable_seq.load(Ordering::Acquire);
             for (_, log) in shards.all() {
                 let _ = log.sync(covered, durable);
             }
@@ -304,13 +306,9 @@ async fn apply(
             .map(|k| (target.table.clone(), k, Mutation::Delete))
             .collect();
         let now = now.map(|(k, m)| (target.table.clone(), k, m));
-        let writes = match as_of_record {
-            true => {
-                always.extend(now);
-                Vec::new()
-            }
-            false => now.into_iter().collect(),
-        };
+        let (put, writes) = if as_of_record { (now, None) } else { (None, now) };
+        always.extend(put);
+        let writes = writes.into_iter().collect();
         rows.push(SyncRow {
             base_key: key,
             always,

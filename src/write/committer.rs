@@ -570,7 +570,7 @@ impl CommitState {
                     if let Err(e) = wal.sync() {
                         failed.get_or_insert(e);
                     }
-                    host.durable_seq().fetch_max(wal.durable_seq(), Ordering::AcqRel);
+                    publish_durable(host, wal);
                     gc_wal(host, wal);
                     if let Some(done) = done {
                         let _ = done.send(());
@@ -637,7 +637,7 @@ fn commit_group(
     }
     let last = first + group.len() as u64 - 1;
     wal.append(payload, last)?;
-    host.durable_seq().fetch_max(wal.durable_seq(), Ordering::AcqRel);
+    publish_durable(host, wal);
     host.wal_bytes().fetch_add(payload.len() as u64, Ordering::Relaxed);
     *next_seq = last + 1;
     *last_commit_us = commit_us;
@@ -686,11 +686,18 @@ fn freeze(host: &dyn CommitHost, wal: &mut WalWriter, table: &Arc<TableInner>, s
     // Start a new WAL file so that this memtable's file can go once flushed.
     if wal.current_size() > 0 {
         let _ = wal.rotate();
-        host.durable_seq().fetch_max(wal.durable_seq(), Ordering::AcqRel);
+        publish_durable(host, wal);
     }
     if schedule {
         host.schedule_flush(table.clone());
     }
+}
+
+/// Tells the database how far the WAL is durable (after every append,
+/// sync or rotation: before the writes become visible, so that a stream
+/// under `Durability::Sync` never waits for a write already durable).
+fn publish_durable(host: &dyn CommitHost, wal: &WalWriter) {
+    host.durable_seq().fetch_max(wal.durable_seq(), Ordering::AcqRel);
 }
 
 fn gc_wal(host: &dyn CommitHost, wal: &mut WalWriter) {
