@@ -60,6 +60,9 @@ async fn ingest(rows: u64, kind: Option<IndexKind>) -> (f64, Option<f64>) {
     let start = Instant::now();
     common::write_pipelined(&t, rows, common::row).await;
     let secs = start.elapsed().as_secs_f64();
+    if std::env::var_os("CELLAR_BENCH_STALLS").is_some() {
+        eprintln!("write stalls: {:.3} s", db.stall_micros() as f64 / 1e6);
+    }
     // A global index: how long it takes to catch up after the writes.
     let mut catch_up = None;
     if kind == Some(IndexKind::Global) {

@@ -519,17 +519,41 @@ impl Memtable {
         })
     }
 
-    /// True when the newest write of `key` at or before `snapshot` here is
-    /// a PutRow or DeleteRow, which hides every older source.
-    pub fn hides_older(&self, key: &[u8], snapshot: u64) -> bool {
+    /// What this memtable holds of `key` at `snapshot`: one B-tree search,
+    /// so that a point read of a key no memtable has (every write that
+    /// keeps an index makes one) searches each memtable once.
+    pub fn probe(&self, key: &[u8], snapshot: u64) -> Probe {
         let map = self.map.read();
-        map.keys.get(key).is_some_and(|ops| match ops {
-            Ops::Put(seq, _) => *seq <= snapshot,
-            Ops::Many(ops) => visible(ops, snapshot)
-                .iter()
-                .any(|(_, m)| matches!(m, Mutation::Put { .. } | Mutation::Delete)),
-        })
+        match map.keys.get(key) {
+            Some(Ops::Put(seq, _)) if *seq <= snapshot => Probe::Hides,
+            Some(Ops::Many(ops)) => {
+                let ops = visible(ops, snapshot);
+                if ops
+                    .iter()
+                    .any(|(_, m)| matches!(m, Mutation::Put { .. } | Mutation::Delete))
+                {
+                    Probe::Hides
+                } else if ops.is_empty() {
+                    Probe::Absent
+                } else {
+                    Probe::Present
+                }
+            }
+            _ => Probe::Absent,
+        }
     }
+}
+
+/// What a memtable holds of one key at a snapshot ([`Memtable::probe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// No write of the key at or before the snapshot.
+    Absent,
+    /// Writes of the key, none a PutRow or DeleteRow: older sources count.
+    Present,
+    /// Its newest visible write is a PutRow or DeleteRow: it hides every
+    /// older source.
+    Hides,
 }
 
 #[cfg(test)]
@@ -607,6 +631,19 @@ mod tests {
         assert_eq!(mem.value_counts()["y"], [0, 0, 1, 0, 0]);
         // A packed PutRow at or below the snapshot hides older sources.
         mem.insert(b"p".to_vec(), 3, put(3));
-        assert!(mem.hides_older(b"p", 3) && !mem.hides_older(b"p", 2));
+        assert_eq!(mem.probe(b"p", 3), Probe::Hides);
+        assert_eq!(mem.probe(b"p", 2), Probe::Absent);
+        // Writes that are not PutRow / DeleteRow leave older sources in.
+        assert_eq!(mem.probe(b"k", 2), Probe::Hides);
+        mem.insert(
+            b"u".to_vec(),
+            4,
+            Mutation::Update {
+                actions: vec![Action::DeleteAll { column: "x".into() }],
+            },
+        );
+        assert_eq!(mem.probe(b"u", 4), Probe::Present);
+        assert_eq!(mem.probe(b"u", 3), Probe::Absent);
+        assert_eq!(mem.probe(b"none", 9), Probe::Absent);
     }
 }

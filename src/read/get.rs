@@ -6,6 +6,7 @@
 //! PutRow or DeleteRow), so no older segment is read for that key.
 
 use crate::error::Result;
+use crate::memtable::Probe;
 use crate::model::row::RowState;
 use crate::state::Snapshot;
 
@@ -14,10 +15,14 @@ impl Snapshot {
     pub async fn get_state(&self, key: &[u8], columns: Option<&[String]>) -> Result<Option<RowState>> {
         // Newest memtable first: a PutRow / DeleteRow there hides all older
         // sources, and then no segment needs to be read.
+        // One search per memtable: what each holds of the key is kept for
+        // the second pass (a key none holds is not searched again).
+        let mut probes = vec![Probe::Absent; self.memtables.len()];
         let mut start_mem = 0;
         let mut need_segments = true;
         for (i, m) in self.memtables.iter().enumerate().rev() {
-            if m.hides_older(key, self.seq) {
+            probes[i] = m.probe(key, self.seq);
+            if probes[i] == Probe::Hides {
                 start_mem = i;
                 need_segments = false;
                 break;
@@ -44,8 +49,10 @@ impl Snapshot {
         }
         let mut found = state.is_some();
         let mut st = state.unwrap_or_default();
-        for m in &self.memtables[start_mem..] {
-            found |= m.apply_to(key, self.seq, &mut st);
+        for (m, probe) in self.memtables[start_mem..].iter().zip(&probes[start_mem..]) {
+            if *probe != Probe::Absent {
+                found |= m.apply_to(key, self.seq, &mut st);
+            }
         }
         Ok(found.then_some(st))
     }

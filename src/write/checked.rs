@@ -16,9 +16,10 @@
 //! Invariant: a write leaves [`decide`] committed with the mutation the
 //! sequential order gives it, or uncommitted with the error it gives.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::recent::RecentKeys;
 use super::{condition, validate};
 use crate::error::{Error, Result};
 use crate::model::api::{ReturnType, RowWrite};
@@ -128,7 +129,12 @@ pub(crate) struct Decisions {
 /// the row as the earlier writes leave it. `refused[i]` says write `i` is
 /// not committed for another reason. `next_seq` is the sequence the group
 /// starts at.
-pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], next_seq: u64) -> Decisions {
+pub(crate) fn decide(
+    group: &mut [PendingWrite],
+    refused: &[(usize, Error)],
+    next_seq: u64,
+    recent: &RecentKeys,
+) -> Decisions {
     let mut out = Decisions::default();
     if group.iter().all(|w| w.check.is_none()) {
         return out;
@@ -171,18 +177,21 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
         let mut found = state.is_some();
         let mut st = state.unwrap_or_default();
         let mut moved = false;
-        // Writes of one batch share their chain link: its memtables are
-        // listed once per group.
-        let at_chain = match chains.iter().position(|(c, _)| Arc::ptr_eq(c, &chain)) {
-            Some(i) => i,
-            None => {
-                let mems = chain.memtables();
-                chains.push((chain.clone(), mems));
-                chains.len() - 1
+        // The memtables are searched only when the committer may have
+        // written the key since the snapshot. Writes of one batch share
+        // their chain link: its memtables are listed once per group.
+        if recent.maybe_written_after(group[i].table.id, key, at) {
+            let at_chain = match chains.iter().position(|(c, _)| Arc::ptr_eq(c, &chain)) {
+                Some(i) => i,
+                None => {
+                    let mems = chain.memtables();
+                    chains.push((chain.clone(), mems));
+                    chains.len() - 1
+                }
+            };
+            for m in &chains[at_chain].1 {
+                moved |= m.apply_after(key, at, &mut st);
             }
-        };
-        for m in &chains[at_chain].1 {
-            moved |= m.apply_after(key, at, &mut st);
         }
         if earlier.is_empty() && !moved {
             if failed {
@@ -235,24 +244,20 @@ pub(crate) fn decide(group: &mut [PendingWrite], refused: &[(usize, Error)], nex
 const NONE: usize = usize::MAX;
 
 /// For each write of the group, the index of the group's previous write of
-/// the same row (`NONE`: none), for the rows a checked write has.
+/// the same row (`NONE`: none). One hash of each key (foldhash: the keys
+/// come from the database's own writers, and a collision costs a compare).
 fn earlier_writes(group: &[PendingWrite]) -> Vec<usize> {
-    let checked: HashSet<(u64, &[u8])> = group
-        .iter()
-        .filter(|w| w.check.is_some())
-        .map(|w| (w.table.id, &w.key[..]))
-        .collect();
-    let mut last: HashMap<(u64, &[u8]), usize> = HashMap::new();
+    let mut last: HashMap<(u64, &[u8]), usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(group.len(), Default::default());
     group
         .iter()
         .enumerate()
         .map(|(i, w)| {
             // An auto-increment key is new (its placeholder is not its key).
-            let id = (w.table.id, &w.key[..]);
-            if w.auto_increment.is_some() || !checked.contains(&id) {
+            if w.auto_increment.is_some() {
                 return NONE;
             }
-            last.insert(id, i).unwrap_or(NONE)
+            last.insert((w.table.id, &w.key[..]), i).unwrap_or(NONE)
         })
         .collect()
 }

@@ -47,6 +47,7 @@ pub(crate) use super::checked::PendingWrite;
 use super::checked::{self, Decided};
 use super::index;
 use super::locks::PartitionLocks;
+use super::recent::RecentKeys;
 use crate::error::{Error, ErrorKind, Result};
 use crate::state::TableInner;
 use crate::wal::{self, WalWriter};
@@ -189,6 +190,9 @@ struct CommitState {
     /// otherwise grow a fresh vector (and have the kernel zero its pages)
     /// every time.
     group: Vec<PendingWrite>,
+    /// The keys written lately, so that a checked write whose row had no
+    /// write since its snapshot is decided without a memtable search.
+    recent: RecentKeys,
 }
 
 impl Committer {
@@ -204,6 +208,7 @@ impl Committer {
                 failed: None,
                 locks: PartitionLocks::default(),
                 group: Vec::new(),
+                recent: RecentKeys::new(next_seq),
             }),
             queued: AtomicUsize::new(0),
         })
@@ -370,6 +375,7 @@ impl CommitState {
             failed,
             locks,
             group,
+            recent,
         } = self;
         // Writes refused by a transaction's lock: (index in the group, why).
         let mut refused: Vec<(usize, Error)> = Vec::new();
@@ -474,7 +480,7 @@ impl CommitState {
             }
         }
         if !group.is_empty() {
-            let decisions = checked::decide(group, &refused, *next_seq);
+            let decisions = checked::decide(group, &refused, *next_seq, recent);
             let uncommitted: Vec<usize> = if decisions.failed.is_empty() && refused.is_empty() {
                 Vec::new()
             } else {
@@ -509,7 +515,7 @@ impl CommitState {
                 )),
                 // Nothing to log: failed checks and refusals only.
                 None if group.is_empty() => Ok(*next_seq),
-                None => commit_group(host, wal, (next_seq, last_commit_us), payload, group),
+                None => commit_group(host, wal, (next_seq, last_commit_us), payload, group, recent),
             };
             group.clear();
             if let Err(e) = &result
@@ -599,6 +605,7 @@ fn commit_group(
     (next_seq, last_commit_us): (&mut u64, &mut u64),
     payload: &mut Vec<u8>,
     group: &mut Vec<PendingWrite>,
+    recent: &mut RecentKeys,
 ) -> Result<u64> {
     let first = *next_seq;
     let commit_us = (host.now_ms().max(0) as u64 * 1000).max(*last_commit_us + 1);
@@ -655,6 +662,7 @@ fn commit_group(
                 m
             }
         };
+        recent.note(w.table.id, &w.key, first + i as u64);
         active.insert(w.key, first + i as u64, w.mutation);
     }
     for x in indexed {

@@ -13,5 +13,6 @@ pub(crate) mod committer;
 pub(crate) mod condition;
 pub(crate) mod index;
 pub(crate) mod locks;
+mod recent;
 mod stream_append;
 pub(crate) mod validate;
