@@ -15,6 +15,7 @@
 //! `USE INDEX ()` (the table scan), 3 times. The lookup table's sellers
 //! are spread over its keys (see `spread_row`; `CELLAR_LOOKUP_SELLERS=card`
 //! for the bench row's own, a function of the card).
+//! `CELLAR_BENCH_STALLS=1` prints each ingest's write-stall time.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
