@@ -519,9 +519,9 @@ impl Memtable {
         })
     }
 
-    /// What this memtable holds of `key` at `snapshot`: one B-tree search,
-    /// so that a point read of a key no memtable has (every write that
-    /// keeps an index makes one) searches each memtable once.
+    /// What this memtable holds of `key` at `snapshot`, in one B-tree
+    /// search: a point read of a key no memtable has (a write to a table
+    /// with an index reads one) then searches each memtable once.
     pub fn probe(&self, key: &[u8], snapshot: u64) -> Probe {
         let map = self.map.read();
         match map.keys.get(key) {
@@ -633,7 +633,8 @@ mod tests {
         mem.insert(b"p".to_vec(), 3, put(3));
         assert_eq!(mem.probe(b"p", 3), Probe::Hides);
         assert_eq!(mem.probe(b"p", 2), Probe::Absent);
-        // Writes that are not PutRow / DeleteRow leave older sources in.
+        // A PutRow followed by an UpdateRow still hides older sources;
+        // writes that are not PutRow / DeleteRow leave them in.
         assert_eq!(mem.probe(b"k", 2), Probe::Hides);
         mem.insert(
             b"u".to_vec(),

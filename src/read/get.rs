@@ -14,18 +14,21 @@ impl Snapshot {
     /// The merged state of one key, or `None` when no source has it.
     pub async fn get_state(&self, key: &[u8], columns: Option<&[String]>) -> Result<Option<RowState>> {
         // Newest memtable first: a PutRow / DeleteRow there hides all older
-        // sources, and then no segment needs to be read.
-        // One search per memtable: what each holds of the key is kept for
-        // the second pass (a key none holds is not searched again).
-        let mut probes = vec![Probe::Absent; self.memtables.len()];
+        // sources, and then no segment needs to be read. Each memtable is
+        // searched once: those that do not hold the key (bit i of
+        // `absent`; past 64 memtables, searched again) are skipped below.
+        let mut absent = 0u64;
         let mut start_mem = 0;
         let mut need_segments = true;
         for (i, m) in self.memtables.iter().enumerate().rev() {
-            probes[i] = m.probe(key, self.seq);
-            if probes[i] == Probe::Hides {
-                start_mem = i;
-                need_segments = false;
-                break;
+            match m.probe(key, self.seq) {
+                Probe::Absent if i < 64 => absent |= 1 << i,
+                Probe::Absent | Probe::Present => {}
+                Probe::Hides => {
+                    start_mem = i;
+                    need_segments = false;
+                    break;
+                }
             }
         }
         let mut state: Option<RowState> = None;
@@ -49,8 +52,8 @@ impl Snapshot {
         }
         let mut found = state.is_some();
         let mut st = state.unwrap_or_default();
-        for (m, probe) in self.memtables[start_mem..].iter().zip(&probes[start_mem..]) {
-            if *probe != Probe::Absent {
+        for (i, m) in self.memtables.iter().enumerate().skip(start_mem) {
+            if i >= 64 || absent & (1 << i) == 0 {
                 found |= m.apply_to(key, self.seq, &mut st);
             }
         }

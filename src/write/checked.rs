@@ -244,8 +244,8 @@ pub(crate) fn decide(
 const NONE: usize = usize::MAX;
 
 /// For each write of the group, the index of the group's previous write of
-/// the same row (`NONE`: none). One hash of each key (foldhash: the keys
-/// come from the database's own writers, and a collision costs a compare).
+/// the same row (`NONE`: none): one foldhash of each key (seeded per
+/// process; SipHash cost 4% of a pipelined ingest here).
 fn earlier_writes(group: &[PendingWrite]) -> Vec<usize> {
     let mut last: HashMap<(u64, &[u8]), usize, foldhash::fast::RandomState> =
         HashMap::with_capacity_and_hasher(group.len(), Default::default());
