@@ -127,20 +127,23 @@ impl IndexDef {
         let t = &base.name;
         if existing.len() >= MAX_INDEXES_PER_TABLE {
             return Err(Error::param(format!(
-                "table '{t}' already has {MAX_INDEXES_PER_TABLE} indexes, the most accepted; drop one first"
+                "Number of index per table exceeds the quota:{MAX_INDEXES_PER_TABLE}. \
+                 (table '{t}' already has {MAX_INDEXES_PER_TABLE} indexes; drop one first)"
             )));
         }
         check_index_options(t, options)?;
         if spec.columns.is_empty() || spec.columns.len() > MAX_INDEX_COLUMNS {
             return Err(Error::param(format!(
-                "index '{}' has {} index columns; 1 to {MAX_INDEX_COLUMNS} are accepted",
+                "The number of primary key columns must be in range: [1, {MAX_INDEX_COLUMNS}] in index. \
+                 (index '{}' has {} index columns)",
                 spec.name,
                 spec.columns.len()
             )));
         }
         if spec.include.len() > MAX_INCLUDED_COLUMNS {
             return Err(Error::param(format!(
-                "index '{}' includes {} columns; at most {MAX_INCLUDED_COLUMNS} are accepted",
+                "The number of attribute columns must be in range: [0, {MAX_INCLUDED_COLUMNS}] in index. \
+                 (index '{}' includes {} columns)",
                 spec.name,
                 spec.include.len()
             )));
@@ -386,15 +389,14 @@ impl IndexDef {
     /// Refuses a value an index key cannot hold (a STRING or BINARY longer
     /// than a key value may be) for one of this index's attribute columns.
     pub(crate) fn check_value(&self, column: &str, value: &Value) -> Result<()> {
-        if !self.columns.iter().any(|c| c == column) {
-            return Ok(());
-        }
+        // The length first: it is a field read, the column a string
+        // comparison per index column, and almost every value is short.
         let len = match value {
             Value::String(s) => s.len(),
             Value::Binary(b) => b.len(),
             _ => 0,
         };
-        if len > MAX_PK_VALUE_BYTES {
+        if len > MAX_PK_VALUE_BYTES && self.columns.iter().any(|c| c == column) {
             return Err(Error::param(format!(
                 "column '{column}' is {len} bytes; as a key column of index '{}' it may be at most {MAX_PK_VALUE_BYTES} bytes",
                 self.name

@@ -217,7 +217,8 @@ impl TableSchema {
         }
         if self.columns.len() >= MAX_DEFINED_COLUMNS {
             return Err(Error::param(format!(
-                "table '{}' already has {MAX_DEFINED_COLUMNS} predefined columns, the most accepted; cannot add '{}'",
+                "The number of defined columns must be in range: [0, {MAX_DEFINED_COLUMNS}]. \
+                 (table '{}' already has {MAX_DEFINED_COLUMNS} predefined columns; cannot add '{}')",
                 self.name, c.name
             )));
         }

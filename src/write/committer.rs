@@ -188,8 +188,9 @@ struct CommitState {
     locks: PartitionLocks,
     /// Reused from group to group: a group of thousands of writes would
     /// otherwise grow a fresh vector (and have the kernel zero its pages)
-    /// every time.
+    /// every time. The same for the group's local index writes.
     group: Vec<PendingWrite>,
+    indexed: Vec<index::IndexWrite>,
     /// The keys written lately, so that a checked write whose row had no
     /// write since its snapshot is decided without a memtable search.
     recent: RecentKeys,
@@ -208,6 +209,7 @@ impl Committer {
                 failed: None,
                 locks: PartitionLocks::default(),
                 group: Vec::new(),
+                indexed: Vec::new(),
                 recent: RecentKeys::new(next_seq),
             }),
             queued: AtomicUsize::new(0),
@@ -375,6 +377,7 @@ impl CommitState {
             failed,
             locks,
             group,
+            indexed,
             recent,
         } = self;
         // Writes refused by a transaction's lock: (index in the group, why).
@@ -515,7 +518,7 @@ impl CommitState {
                 )),
                 // Nothing to log: failed checks and refusals only.
                 None if group.is_empty() => Ok(*next_seq),
-                None => commit_group(host, wal, (next_seq, last_commit_us), payload, group, recent),
+                None => commit_group(host, wal, (next_seq, last_commit_us), payload, (group, indexed), recent),
             };
             group.clear();
             if let Err(e) = &result
@@ -604,7 +607,7 @@ fn commit_group(
     wal: &mut WalWriter,
     (next_seq, last_commit_us): (&mut u64, &mut u64),
     payload: &mut Vec<u8>,
-    group: &mut Vec<PendingWrite>,
+    (group, indexed): (&mut Vec<PendingWrite>, &mut Vec<index::IndexWrite>),
     recent: &mut RecentKeys,
 ) -> Result<u64> {
     let first = *next_seq;
@@ -623,11 +626,10 @@ fn commit_group(
         }
     }
     // Local index writes go with their row: same record, same sequence.
-    let indexed = if group.iter().any(|w| w.before.is_some()) {
-        index::index_writes(group, first)
-    } else {
-        Vec::new()
-    };
+    indexed.clear();
+    if group.iter().any(|w| w.before.is_some()) {
+        index::index_writes(group, first, indexed);
+    }
     let mut next_index = 0;
     for (i, w) in group.iter().enumerate() {
         wal::encode_entry(payload, first + i as u64, w.table.id, &w.key, &w.mutation);
@@ -643,34 +645,49 @@ fn commit_group(
         }
     }
     let last = first + group.len() as u64 - 1;
-    wal.append(payload, last)?;
+    if let Err(e) = wal.append(payload, last) {
+        indexed.clear();
+        return Err(e);
+    }
     publish_durable(host, wal);
     host.wal_bytes().fetch_add(payload.len() as u64, Ordering::Relaxed);
     *next_seq = last + 1;
     *last_commit_us = commit_us;
     super::stream_append::append_streams(group, first, commit_us, payload, indexed.is_empty());
-    let mut current: Option<(u64, Arc<crate::memtable::Memtable>)> = None;
+    let mut current = ActiveMemtable::default();
     for (i, w) in group.drain(..).enumerate() {
-        let active = match &current {
-            Some((id, m)) if *id == w.table.id => m.clone(),
-            _ => {
-                // Each write goes to its partition's memtable; a table of
-                // one partition is looked up once per run of its writes.
-                let st = w.table.state.read();
-                let m = st.part(&w.key).active.clone();
-                current = (st.parts.len() == 1).then(|| (w.table.id, m.clone()));
-                m
-            }
-        };
         recent.note(w.table.id, &w.key, first + i as u64);
-        active.insert(w.key, first + i as u64, w.mutation);
+        current.insert(&w.table, w.key, first + i as u64, w.mutation);
     }
-    for x in indexed {
-        let m = x.table.state.read().part(&x.key).active.clone();
-        m.insert(x.key, first + x.at as u64, x.mutation);
+    let mut current = ActiveMemtable::default();
+    for x in indexed.drain(..) {
+        current.insert(&x.table, x.key, first + x.at as u64, x.mutation);
     }
     host.visible_seq().store(last, Ordering::Release);
     Ok(first)
+}
+
+/// Inserts writes into their partitions' active memtables. A table of one
+/// partition is looked up once per run of its writes (one lock and one
+/// reference count, not one per write).
+#[derive(Default)]
+struct ActiveMemtable(Option<(u64, Arc<crate::memtable::Memtable>)>);
+
+impl ActiveMemtable {
+    fn insert(&mut self, table: &TableInner, key: Vec<u8>, seq: u64, mutation: crate::model::row::Mutation) {
+        if let Some((id, m)) = &self.0
+            && *id == table.id
+        {
+            m.insert(key, seq, mutation);
+            return;
+        }
+        let (m, single) = {
+            let st = table.state.read();
+            (st.part(&key).active.clone(), st.parts.len() == 1)
+        };
+        m.insert(key, seq, mutation);
+        self.0 = single.then(|| (table.id, m));
+    }
 }
 
 fn maybe_freeze(host: &dyn CommitHost, wal: &mut WalWriter, touched: &[Arc<TableInner>]) {

@@ -188,3 +188,54 @@ async fn explain_shows_the_index_a_query_uses() {
     let got = text_rows(&rows(&sql, "SELECT a, b FROM t WHERE y = 'q' AND x >= 5").await);
     assert_eq!(got, vec!["a=1 b=p"]);
 }
+
+/// A lookup of hundreds of rows reads them on several tasks: it returns
+/// each row the table scan returns, once, in the index's order, whether
+/// the rows are in segments, a memtable or both, updated or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_of_many_rows_keep_the_index_order_across_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path()).await.unwrap();
+    let sql = SqlSession::new(db.clone());
+    for s in [
+        "CREATE TABLE t (a BIGINT, b VARCHAR, x BIGINT, y VARCHAR, PRIMARY KEY (a, b))",
+        "CREATE INDEX by_ax ON t (a, x)",
+    ] {
+        sql.execute(s).await.unwrap();
+    }
+    let t = db.table("t").unwrap();
+    let key = |i: i64| PrimaryKey::new().with("a", i % 3).with("b", format!("k{i:04}"));
+    for i in 0..900i64 {
+        let mut p = PutRow::new(key(i)).column("y", format!("y{i}"));
+        if i % 11 != 0 {
+            p = p.column("x", (i * 7) % 50);
+        }
+        t.put_row(p).await.unwrap();
+        if i == 450 {
+            t.flush().await.unwrap();
+        }
+    }
+    // Updates move rows within the index, deletes take them out.
+    for i in (0..900i64).step_by(13) {
+        t.update_row(UpdateRow::new(key(i)).put("x", 49 - i % 50))
+            .await
+            .unwrap();
+    }
+    for i in (5..900i64).step_by(17) {
+        t.delete_row(DeleteRow::new(key(i))).await.unwrap();
+    }
+    let q = "SELECT * FROM t USE INDEX (by_ax) WHERE a = 1 AND x >= 3";
+    let plan = text_rows(&rows(&sql, &format!("EXPLAIN {q}")).await).join("\n");
+    assert!(plan.contains("IndexLookupExec: table=t, index=by_ax"), "{plan}");
+    let want = text_rows(
+        &rows(
+            &sql,
+            "SELECT * FROM t USE INDEX () WHERE a = 1 AND x >= 3 ORDER BY x, b",
+        )
+        .await,
+    );
+    assert!(want.len() > 200, "{} rows", want.len());
+    for _ in 0..3 {
+        assert_eq!(text_rows(&rows(&sql, q).await), want);
+    }
+}
