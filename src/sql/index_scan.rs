@@ -328,8 +328,7 @@ struct Lookup {
     cols: Arc<[OutCol]>,
     schema: SchemaRef,
     /// The table's and the index's partitions at one sequence.
-    /// (The table's are shared with the tasks that read its rows.)
-    snapshots: Option<(Arc<Vec<crate::state::Snapshot>>, Vec<crate::state::Snapshot>)>,
+    snapshots: Option<(Vec<crate::state::Snapshot>, Vec<crate::state::Snapshot>)>,
     /// The range being read, and its scans (one per index partition it
     /// reaches, in key order).
     range: usize,
@@ -345,8 +344,7 @@ impl Lookup {
     /// The next batch of table rows (`None`: done).
     async fn next_batch(&mut self) -> crate::Result<Option<RecordBatch>> {
         if self.snapshots.is_none() {
-            let (base, index) = self.base.snapshots_with(&self.index);
-            self.snapshots = Some((Arc::new(base), index));
+            self.snapshots = Some(self.base.snapshots_with(&self.index));
         }
         let index_schema = self.index.schema().clone();
         let base_schema = self.base.schema().clone();
@@ -423,7 +421,7 @@ impl Lookup {
         now: i64,
     ) -> crate::Result<RecordBatch> {
         let (base_snaps, _) = self.snapshots.as_ref().expect("taken");
-        let states = read_states(base_snaps, keys.iter().map(|(k, _)| k.clone()).collect()).await?;
+        let states = read_states(base_snaps, &keys).await?;
         let opts = *self.base.inner().options.read();
         let mut builders: Vec<ColBuilder> = self
             .cols
@@ -459,72 +457,22 @@ impl Lookup {
     }
 }
 
-/// Keys per task below which a lookup's table rows are read on one task.
-const KEYS_PER_TASK: usize = 16;
-
 /// The state of each of `keys` (in order; `None`: no such row) in the
-/// table's partitions `snaps`. The keys of a lookup lie anywhere in the
-/// table, each on pages of its own that are mostly not cached yet (about
-/// 60 us a row): with more than [`KEYS_PER_TASK`] of them, they are read
-/// in runs of consecutive keys on one task per core.
+/// table's partitions `snaps`. Read one after another: reading them on
+/// one task per core measured no faster (BENCHMARKS.md, "Local-index
+/// ingest, fourth pass").
 async fn read_states(
-    snaps: &Arc<Vec<crate::state::Snapshot>>,
-    keys: Vec<Vec<u8>>,
+    snaps: &[crate::state::Snapshot],
+    keys: &[(Vec<u8>, crate::model::types::PrimaryKey)],
 ) -> crate::Result<Vec<Option<crate::model::row::RowState>>> {
-    async fn run(
-        snaps: &[crate::state::Snapshot],
-        keys: &[Vec<u8>],
-    ) -> crate::Result<Vec<Option<crate::model::row::RowState>>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            out.push(match snaps.iter().find(|s| s.range.contains(key)) {
-                Some(snap) => snap.get_state(key, None).await?,
-                None => None,
-            });
-        }
-        Ok(out)
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let tasks = (keys.len() / KEYS_PER_TASK).clamp(1, cores);
-    if tasks == 1 || tokio::runtime::Handle::try_current().is_err() {
-        return run(snaps, &keys).await;
-    }
-    let keys = Arc::new(keys);
-    let per = keys.len().div_ceil(tasks);
-    // Aborted when the lookup is dropped (a LIMIT met): nothing reads on.
-    let mut handles = AbortOnDrop(
-        (0..tasks)
-            .map(|t| {
-                let (snaps, keys) = (snaps.clone(), keys.clone());
-                tokio::spawn(async move {
-                    let to = ((t + 1) * per).min(keys.len());
-                    run(&snaps, &keys[t * per..to]).await
-                })
-            })
-            .collect(),
-    );
     let mut out = Vec::with_capacity(keys.len());
-    for h in handles.0.iter_mut() {
-        let part = h.await.map_err(|e| {
-            crate::Error::new(
-                crate::ErrorKind::Closed,
-                format!("the task reading an index lookup's table rows stopped: {e}"),
-            )
-        })??;
-        out.extend(part);
+    for (key, _) in keys {
+        out.push(match snaps.iter().find(|s| s.range.contains(key)) {
+            Some(snap) => snap.get_state(key, None).await?,
+            None => None,
+        });
     }
     Ok(out)
-}
-
-/// Tasks aborted when dropped.
-struct AbortOnDrop<T>(Vec<tokio::task::JoinHandle<T>>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.abort();
-        }
-    }
 }
 
 /// Whether a probe of `plan`'s ranges of `index` finds fewer than `limit`

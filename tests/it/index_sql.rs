@@ -189,11 +189,11 @@ async fn explain_shows_the_index_a_query_uses() {
     assert_eq!(got, vec!["a=1 b=p"]);
 }
 
-/// A lookup of hundreds of rows reads them on several tasks: it returns
+/// A lookup of hundreds of rows, read in growing batches, returns
 /// each row the table scan returns, once, in the index's order, whether
 /// the rows are in segments, a memtable or both, updated or deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lookups_of_many_rows_keep_the_index_order_across_tasks() {
+async fn lookups_of_many_rows_keep_the_index_order() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open(dir.path()).await.unwrap();
     let sql = SqlSession::new(db.clone());
