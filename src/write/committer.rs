@@ -686,7 +686,7 @@ impl ActiveMemtable {
             (st.part(&key).active.clone(), st.parts.len() == 1)
         };
         m.insert(key, seq, mutation);
-        self.0 = single.then(|| (table.id, m));
+        self.0 = single.then_some((table.id, m));
     }
 }
 
