@@ -413,15 +413,13 @@ impl Lookup {
         }
     }
 
-    /// The table rows of `keys` (absent ones left out), as a batch, in the
-    /// order of `keys`.
+    /// The table rows of `keys` (absent ones left out), as a batch.
     async fn read_rows(
         &self,
         keys: Vec<(Vec<u8>, crate::model::types::PrimaryKey)>,
         now: i64,
     ) -> crate::Result<RecordBatch> {
         let (base_snaps, _) = self.snapshots.as_ref().expect("taken");
-        let states = read_states(base_snaps, &keys).await?;
         let opts = *self.base.inner().options.read();
         let mut builders: Vec<ColBuilder> = self
             .cols
@@ -434,10 +432,15 @@ impl Lookup {
             })
             .collect();
         let read = ReadOptions::default();
-        for ((_, pk), state) in keys.into_iter().zip(states) {
+        for (key, pk) in keys {
+            let Some(snap) = base_snaps.iter().find(|s| s.range.contains(&key)) else {
+                continue;
+            };
             // The whole row: one without the columns asked for still exists
             // (and shows them as NULL).
-            let Some(state) = state else { continue };
+            let Some(state) = snap.get_state(&key, None).await? else {
+                continue;
+            };
             let Some(cells) = visible_cells(&state, now, &opts, &read) else {
                 continue;
             };
@@ -455,24 +458,6 @@ impl Lookup {
         let arrays = builders.iter_mut().map(|b| b.finish()).collect();
         RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| crate::Error::param(e.to_string()))
     }
-}
-
-/// The state of each of `keys` (in order; `None`: no such row) in the
-/// table's partitions `snaps`. Read one after another: reading them on
-/// one task per core measured no faster (BENCHMARKS.md, "Local-index
-/// ingest, fourth pass").
-async fn read_states(
-    snaps: &[crate::state::Snapshot],
-    keys: &[(Vec<u8>, crate::model::types::PrimaryKey)],
-) -> crate::Result<Vec<Option<crate::model::row::RowState>>> {
-    let mut out = Vec::with_capacity(keys.len());
-    for (key, _) in keys {
-        out.push(match snaps.iter().find(|s| s.range.contains(key)) {
-            Some(snap) => snap.get_state(key, None).await?,
-            None => None,
-        });
-    }
-    Ok(out)
 }
 
 /// Whether a probe of `plan`'s ranges of `index` finds fewer than `limit`

@@ -188,8 +188,9 @@ struct CommitState {
     locks: PartitionLocks,
     /// Reused from group to group: a group of thousands of writes would
     /// otherwise grow a fresh vector (and have the kernel zero its pages)
-    /// every time. The same for the group's local index writes.
+    /// every time.
     group: Vec<PendingWrite>,
+    /// The group's local index writes, reused the same way.
     indexed: Vec<index::IndexWrite>,
     /// The keys written lately, so that a checked write whose row had no
     /// write since its snapshot is decided without a memtable search.
@@ -659,7 +660,6 @@ fn commit_group(
         recent.note(w.table.id, &w.key, first + i as u64);
         current.insert(&w.table, w.key, first + i as u64, w.mutation);
     }
-    let mut current = ActiveMemtable::default();
     for x in indexed.drain(..) {
         current.insert(&x.table, x.key, first + x.at as u64, x.mutation);
     }
