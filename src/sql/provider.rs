@@ -538,10 +538,15 @@ impl CellarTable {
                         .flat_map(|s| s.segments.iter().map(|g| g.meta.num_rows))
                         .sum();
                     let forced = matches!(self.hint, IndexHint::Use(_));
-                    let pays = forced
-                        || index_scan::probe_below(&c.table, &plan, (rows / 20).max(64) as usize)
-                            .await
-                            .map_err(df_err)?;
+                    // The lookup pays when it reads under a twentieth of the
+                    // table. A LIMIT under that bounds what it reads when the
+                    // index keys apply every filter (no entry is read only
+                    // to be dropped), so only a query without one counts the
+                    // entries its ranges hold.
+                    let cap = (rows / 20).max(64) as usize;
+                    let bounded = limit.is_some_and(|n| n < cap) && plan.exact.iter().all(|e| *e);
+                    let pays =
+                        forced || bounded || index_scan::probe_below(&c.table, &plan, cap).await.map_err(df_err)?;
                     if pays {
                         (Path::Lookup(c), plan)
                     } else {

@@ -189,11 +189,10 @@ async fn explain_shows_the_index_a_query_uses() {
     assert_eq!(got, vec!["a=1 b=p"]);
 }
 
-/// A lookup of hundreds of rows, read in growing batches, returns
-/// each row the table scan returns, once, in the index's order, whether
-/// the rows are in segments, a memtable or both, updated or deleted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lookups_of_many_rows_keep_the_index_order() {
+/// 900 rows of `t (a, b) x y` with an index `by_ax` on `(a, x)`: a
+/// flush halfway, every 11th row without `x`, then updates that move rows
+/// within the index and deletes.
+async fn many_rows() -> (tempfile::TempDir, SqlSession) {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open(dir.path()).await.unwrap();
     let sql = SqlSession::new(db.clone());
@@ -215,7 +214,6 @@ async fn lookups_of_many_rows_keep_the_index_order() {
             t.flush().await.unwrap();
         }
     }
-    // Updates move rows within the index, deletes take them out.
     for i in (0..900i64).step_by(13) {
         t.update_row(UpdateRow::new(key(i)).put("x", 49 - i % 50))
             .await
@@ -224,6 +222,15 @@ async fn lookups_of_many_rows_keep_the_index_order() {
     for i in (5..900i64).step_by(17) {
         t.delete_row(DeleteRow::new(key(i))).await.unwrap();
     }
+    (dir, sql)
+}
+
+/// A lookup of hundreds of rows, read in growing batches, returns
+/// each row the table scan returns, once, in the index's order, whether
+/// the rows are in segments, a memtable or both, updated or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_of_many_rows_keep_the_index_order() {
+    let (_dir, sql) = many_rows().await;
     let q = "SELECT * FROM t USE INDEX (by_ax) WHERE a = 1 AND x >= 3";
     let plan = text_rows(&rows(&sql, &format!("EXPLAIN {q}")).await).join("\n");
     assert!(plan.contains("IndexLookupExec: table=t, index=by_ax"), "{plan}");
@@ -238,4 +245,48 @@ async fn lookups_of_many_rows_keep_the_index_order() {
     for _ in 0..3 {
         assert_eq!(text_rows(&rows(&sql, q).await), want);
     }
+}
+
+/// Unforced, a lookup that would read more than a twentieth of the table
+/// is left for the table scan, unless a LIMIT bounds what it reads and
+/// the index keys apply every filter: then the lookup is taken without
+/// counting entries first, and returns the first rows in index order.
+#[tokio::test]
+async fn a_limit_makes_a_wide_lookup_pay() {
+    let (_dir, sql) = many_rows().await;
+    let explain = |q: String| {
+        let sql = &sql;
+        async move { text_rows(&rows(sql, &format!("EXPLAIN {q}")).await).join("\n") }
+    };
+    let lookup = "IndexLookupExec: table=t, index=by_ax";
+    let wide = "SELECT * FROM t WHERE a = 1 AND x >= 3";
+    assert!(!explain(wide.to_string()).await.contains(lookup));
+    let want = text_rows(
+        &rows(
+            &sql,
+            "SELECT * FROM t USE INDEX () WHERE a = 1 AND x >= 3 ORDER BY x, b",
+        )
+        .await,
+    );
+    for n in [1, 10, 40] {
+        let q = format!("{wide} LIMIT {n}");
+        assert!(explain(q.clone()).await.contains(lookup), "{q}");
+        assert_eq!(text_rows(&rows(&sql, &q).await), want[..n], "{q}");
+    }
+    // A LIMIT past a twentieth of the table, or a filter the index keys
+    // do not apply, leaves the choice to the count.
+    for q in [format!("{wide} LIMIT 500"), format!("{wide} AND y LIKE 'y1%' LIMIT 10")] {
+        assert!(!explain(q.clone()).await.contains(lookup), "{q}");
+    }
+    let q = format!("{wide} AND y LIKE 'y1%' LIMIT 10");
+    let got = text_rows(&rows(&sql, &q).await);
+    assert_eq!(got.len(), 10);
+    let all = text_rows(
+        &rows(
+            &sql,
+            "SELECT * FROM t USE INDEX () WHERE a = 1 AND x >= 3 AND y LIKE 'y1%'",
+        )
+        .await,
+    );
+    assert!(got.iter().all(|r| all.contains(r)), "{got:?}");
 }
