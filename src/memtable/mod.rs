@@ -11,8 +11,10 @@
 //! readers: what readers keep beside it (scan overlays) is held as opaque
 //! [`Memtable::attachment`]s. See `docs/architecture.md`.
 
+mod key;
 mod packed;
 
+use self::key::{Key, KeyRef, MemKey};
 use self::packed::{Names, Unpack, pack, unpack};
 use std::any::{Any, TypeId};
 use std::collections::BTreeMap;
@@ -46,7 +48,7 @@ const KEY_OVERHEAD: usize = (std::mem::size_of::<Vec<u8>>() + std::mem::size_of:
 /// The map and the attribute column names that packed rows refer to.
 #[derive(Default)]
 struct Inner {
-    keys: BTreeMap<Vec<u8>, Ops>,
+    keys: BTreeMap<MemKey, Ops>,
     names: Names,
 }
 
@@ -102,7 +104,7 @@ impl Memtable {
         {
             let mut map = self.map.write();
             let Inner { keys, names } = &mut *map;
-            match keys.entry(key) {
+            match keys.entry(MemKey::new(key)) {
                 std::collections::btree_map::Entry::Occupied(mut e) => {
                     names.count_values(&m);
                     bytes += m.approx_bytes();
@@ -120,7 +122,7 @@ impl Memtable {
                 std::collections::btree_map::Entry::Vacant(e) => {
                     // The key, its writes, and its share of a B-tree node
                     // (11 slots, about two thirds full).
-                    bytes += crate::model::row::heap_block(e.key().len()) + KEY_OVERHEAD;
+                    bytes += crate::model::row::heap_block(e.key().bytes().len()) + KEY_OVERHEAD;
                     let ops = match &m {
                         Mutation::Put { row_ts, cells } => {
                             let packed = pack(*row_ts, cells, names);
@@ -160,14 +162,13 @@ impl Memtable {
             let Some(bounds) = range_bounds(range, None) else {
                 return;
             };
-            map.keys
-                .range::<[u8], _>(bounds)
+            keys_within(&map.keys, bounds)
                 .map(|(k, ops)| {
                     let ops = match ops {
                         Ops::Put(seq, packed) => vec![(*seq, unpack(packed, &map.names.columns))],
                         Ops::Many(ops) => ops.clone(),
                     };
-                    (k.clone(), ops)
+                    (k.bytes().to_vec(), ops)
                 })
                 .collect()
         };
@@ -207,7 +208,7 @@ impl Memtable {
     /// onto `state`. Returns false when it has none.
     pub fn apply_to(&self, key: &[u8], snapshot: u64, state: &mut RowState) -> bool {
         let map = self.map.read();
-        match map.keys.get(key) {
+        match map.keys.get(&KeyRef::new(key) as &dyn Key) {
             Some(ops) => apply_ops(ops, &map.names.columns, snapshot, state),
             None => false,
         }
@@ -241,14 +242,14 @@ impl Memtable {
         if !bounds_ordered(bounds.0, bounds.1) {
             return Vec::new();
         }
-        let keys = map.keys.range::<[u8], _>(bounds);
-        let keys: Box<dyn Iterator<Item = (&Vec<u8>, &Ops)>> =
+        let keys = keys_within(&map.keys, bounds);
+        let keys: Box<dyn Iterator<Item = (&MemKey, &Ops)>> =
             if backward { Box::new(keys.rev()) } else { Box::new(keys) };
         let mut out = Vec::new();
         for (k, ops) in keys {
             let mut st = RowState::default();
             if apply_ops(ops, &map.names.columns, snapshot, &mut st) {
-                out.push((k.clone(), st));
+                out.push((k.bytes().to_vec(), st));
                 if out.len() == max_keys {
                     break;
                 }
@@ -265,10 +266,9 @@ impl Memtable {
         let Some(bounds) = range_bounds(range, None) else {
             return Vec::new();
         };
-        map.keys
-            .range::<[u8], _>(bounds)
+        keys_within(&map.keys, bounds)
             .filter(|(_, ops)| changed(ops, after, snapshot))
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| k.bytes().to_vec())
             .collect()
     }
 
@@ -327,7 +327,8 @@ impl Memtable {
         let Some(bounds) = range_bounds(range, resume) else {
             return Ok(None);
         };
-        for (k, ops) in map.keys.range::<[u8], _>(bounds) {
+        for (k, ops) in keys_within(&map.keys, bounds) {
+            let k = k.bytes();
             match newest_seq(ops, snapshot) {
                 Some(seq) if seq > after => {}
                 _ => continue,
@@ -361,7 +362,7 @@ impl Memtable {
                 },
             };
             if !go_on {
-                return Ok(Some(k.clone()));
+                return Ok(Some(k.to_vec()));
             }
         }
         Ok(None)
@@ -373,8 +374,7 @@ impl Memtable {
             return false;
         }
         let map = self.map.read();
-        map.keys
-            .range::<[u8], _>((Bound::Included(lo), Bound::Included(hi)))
+        keys_within(&map.keys, (Bound::Included(lo), Bound::Included(hi)))
             .next()
             .is_some()
     }
@@ -389,7 +389,7 @@ impl Memtable {
         let Some(bounds) = range_bounds(range, None) else {
             return 0;
         };
-        self.map.read().keys.range::<[u8], _>(bounds).take(cap).count()
+        keys_within(&self.map.read().keys, bounds).take(cap).count()
     }
 
     #[cfg(test)]
@@ -400,12 +400,9 @@ impl Memtable {
     /// The key `n` keys after the smallest in `range` (`None` past its last).
     pub fn nth_key_in(&self, range: &KeyRange, n: usize) -> Option<Vec<u8>> {
         let bounds = range_bounds(range, None)?;
-        self.map
-            .read()
-            .keys
-            .range::<[u8], _>(bounds)
+        keys_within(&self.map.read().keys, bounds)
             .nth(n)
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| k.bytes().to_vec())
     }
 }
 
@@ -430,6 +427,15 @@ fn visible(ops: &[(u64, Mutation)], snapshot: u64) -> &[(u64, Mutation)] {
 
 /// Bounds of a range of keys in the B-tree.
 type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
+/// The B-tree's keys within `bounds` (which [`bounds_ordered`] accepts).
+fn keys_within<'m, V>(
+    keys: &'m BTreeMap<MemKey, V>,
+    (lo, hi): KeyBounds<'_>,
+) -> std::collections::btree_map::Range<'m, MemKey, V> {
+    let (lo, hi) = (lo.map(KeyRef::new), hi.map(KeyRef::new));
+    keys.range::<dyn Key, _>((lo.as_ref().map(|k| k as &dyn Key), hi.as_ref().map(|k| k as &dyn Key)))
+}
 
 /// `range` as B-tree bounds, starting strictly after `resume` when given;
 /// `None` when empty.
@@ -491,7 +497,7 @@ impl Memtable {
             return false;
         }
         let map = self.map.read();
-        match map.keys.get(key) {
+        match map.keys.get(&KeyRef::new(key) as &dyn Key) {
             Some(Ops::Put(seq, packed)) if *seq > after => {
                 state.apply(*seq, &unpack(packed, &map.names.columns));
                 true
@@ -513,10 +519,12 @@ impl Memtable {
             return false;
         }
         let map = self.map.read();
-        map.keys.get(key).is_some_and(|ops| match ops {
-            Ops::Put(seq, _) => *seq > after,
-            Ops::Many(ops) => ops.last().is_some_and(|(s, _)| *s > after),
-        })
+        map.keys
+            .get(&KeyRef::new(key) as &dyn Key)
+            .is_some_and(|ops| match ops {
+                Ops::Put(seq, _) => *seq > after,
+                Ops::Many(ops) => ops.last().is_some_and(|(s, _)| *s > after),
+            })
     }
 
     /// What this memtable holds of `key` at `snapshot`, in one B-tree
@@ -524,7 +532,7 @@ impl Memtable {
     /// with an index reads one) then searches each memtable once.
     pub fn probe(&self, key: &[u8], snapshot: u64) -> Probe {
         let map = self.map.read();
-        match map.keys.get(key) {
+        match map.keys.get(&KeyRef::new(key) as &dyn Key) {
             Some(Ops::Put(seq, _)) if *seq <= snapshot => Probe::Hides,
             Some(Ops::Many(ops)) => {
                 let ops = visible(ops, snapshot);
