@@ -43,7 +43,7 @@ enum Ops {
 
 /// Per-key bytes besides the key and its writes: the key and op-list
 /// headers in a B-tree slot, plus slack of partly filled nodes.
-const KEY_OVERHEAD: usize = (std::mem::size_of::<Vec<u8>>() + std::mem::size_of::<Ops>()) * 3 / 2 + 16;
+const KEY_OVERHEAD: usize = (std::mem::size_of::<MemKey>() + std::mem::size_of::<Ops>()) * 3 / 2 + 16;
 
 /// The map and the attribute column names that packed rows refer to.
 #[derive(Default)]
