@@ -26,6 +26,7 @@ fn head(key: &[u8]) -> u64 {
 }
 
 /// A key as the memtable's B-tree stores it.
+#[derive(PartialEq, Eq)]
 pub(super) struct MemKey {
     head: u64,
     bytes: Vec<u8>,
@@ -123,14 +124,6 @@ impl PartialOrd for MemKey {
         Some(self.cmp(other))
     }
 }
-
-impl PartialEq for MemKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.head == other.head && self.bytes == other.bytes
-    }
-}
-
-impl Eq for MemKey {}
 
 #[cfg(test)]
 mod tests {

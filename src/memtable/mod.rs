@@ -52,6 +52,13 @@ struct Inner {
     names: Names,
 }
 
+impl Inner {
+    /// The writes of `key`, searched without an owned key.
+    fn get(&self, key: &[u8]) -> Option<&Ops> {
+        self.keys.get(&KeyRef::new(key) as &dyn Key)
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Memtable {
     map: RwLock<Inner>,
@@ -208,7 +215,7 @@ impl Memtable {
     /// onto `state`. Returns false when it has none.
     pub fn apply_to(&self, key: &[u8], snapshot: u64, state: &mut RowState) -> bool {
         let map = self.map.read();
-        match map.keys.get(&KeyRef::new(key) as &dyn Key) {
+        match map.get(key) {
             Some(ops) => apply_ops(ops, &map.names.columns, snapshot, state),
             None => false,
         }
@@ -497,7 +504,7 @@ impl Memtable {
             return false;
         }
         let map = self.map.read();
-        match map.keys.get(&KeyRef::new(key) as &dyn Key) {
+        match map.get(key) {
             Some(Ops::Put(seq, packed)) if *seq > after => {
                 state.apply(*seq, &unpack(packed, &map.names.columns));
                 true
@@ -519,12 +526,10 @@ impl Memtable {
             return false;
         }
         let map = self.map.read();
-        map.keys
-            .get(&KeyRef::new(key) as &dyn Key)
-            .is_some_and(|ops| match ops {
-                Ops::Put(seq, _) => *seq > after,
-                Ops::Many(ops) => ops.last().is_some_and(|(s, _)| *s > after),
-            })
+        map.get(key).is_some_and(|ops| match ops {
+            Ops::Put(seq, _) => *seq > after,
+            Ops::Many(ops) => ops.last().is_some_and(|(s, _)| *s > after),
+        })
     }
 
     /// What this memtable holds of `key` at `snapshot`, in one B-tree
@@ -532,7 +537,7 @@ impl Memtable {
     /// with an index reads one) then searches each memtable once.
     pub fn probe(&self, key: &[u8], snapshot: u64) -> Probe {
         let map = self.map.read();
-        match map.keys.get(&KeyRef::new(key) as &dyn Key) {
+        match map.get(key) {
             Some(Ops::Put(seq, _)) if *seq <= snapshot => Probe::Hides,
             Some(Ops::Many(ops)) => {
                 let ops = visible(ops, snapshot);
