@@ -15,7 +15,7 @@ mod key;
 mod packed;
 
 use self::key::{Key, KeyRef, MemKey};
-use self::packed::{Names, Unpack, pack, unpack};
+use self::packed::{Names, Packed, Unpack, pack, unpack};
 use std::any::{Any, TypeId};
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -31,13 +31,13 @@ use crate::model::types::TypeSet;
 use crate::model::types::ValueRef;
 
 /// A key's writes, in sequence order. Most keys of a load get one PutRow:
-/// it is kept packed in one allocation (see [`pack`]), a third of the
+/// it is kept packed (see [`pack`]; in the slot itself when short), a third of the
 /// memory of the `Mutation` with its per-cell names and values, so a
 /// memtable of a given budget holds about three times the rows and flushes
 /// fewer, larger runs (less for compaction to merge). A second write of
 /// the key unpacks it.
 enum Ops {
-    Put(u64, Box<[u8]>),
+    Put(u64, Packed),
     Many(Vec<(u64, Mutation)>),
 }
 
@@ -50,6 +50,8 @@ const KEY_OVERHEAD: usize = (std::mem::size_of::<MemKey>() + std::mem::size_of::
 struct Inner {
     keys: BTreeMap<MemKey, Ops>,
     names: Names,
+    /// Where [`pack`] writes a row before it is placed.
+    scratch: Vec<u8>,
 }
 
 impl Inner {
@@ -110,7 +112,7 @@ impl Memtable {
         let mut bytes = std::mem::size_of::<u64>();
         {
             let mut map = self.map.write();
-            let Inner { keys, names } = &mut *map;
+            let Inner { keys, names, scratch } = &mut *map;
             match keys.entry(MemKey::new(key)) {
                 std::collections::btree_map::Entry::Occupied(mut e) => {
                     names.count_values(&m);
@@ -132,8 +134,8 @@ impl Memtable {
                     bytes += crate::model::row::heap_block(e.key().bytes().len()) + KEY_OVERHEAD;
                     let ops = match &m {
                         Mutation::Put { row_ts, cells } => {
-                            let packed = pack(*row_ts, cells, names);
-                            bytes += crate::model::row::heap_block(packed.len());
+                            let packed = pack(*row_ts, cells, names, scratch);
+                            bytes += packed.heap_bytes();
                             Ops::Put(seq, packed)
                         }
                         _ => {
@@ -396,7 +398,18 @@ impl Memtable {
         let Some(bounds) = range_bounds(range, None) else {
             return 0;
         };
-        keys_within(&self.map.read().keys, bounds).take(cap).count()
+        let map = self.map.read();
+        // The range holds every key (a flush of an unsplit table): the
+        // map's count, without walking a million keys to learn it.
+        let first = map.keys.first_key_value().map(|(k, _)| k.bytes());
+        let last = map.keys.last_key_value().map(|(k, _)| k.bytes());
+        if let (Some(first), Some(last)) = (first, last)
+            && range.contains(first)
+            && range.contains(last)
+        {
+            return map.keys.len().min(cap);
+        }
+        keys_within(&map.keys, bounds).take(cap).count()
     }
 
     #[cfg(test)]
@@ -590,7 +603,7 @@ mod tests {
         for row_ts in [None, Some(42), Some(i64::MIN)] {
             let mut names = Names::default();
             names.id("z");
-            let packed = pack(row_ts, &cells, &mut names);
+            let packed = pack(row_ts, &cells, &mut names, &mut Vec::new());
             let m = unpack(&packed, &names.columns);
             assert_eq!(
                 m,
@@ -609,8 +622,63 @@ mod tests {
         let mut names = Names::default();
         for bad in [[1, 0], [0, 0]] {
             let cells: Vec<_> = bad.iter().map(|&i| cells[i].clone()).collect();
-            let packed = pack(None, &cells, &mut names);
+            let packed = pack(None, &cells, &mut names, &mut Vec::new());
             assert!(!Unpack::new(&packed, &names.columns).1.sorted);
+        }
+    }
+
+    #[test]
+    fn short_rows_pack_in_their_slot_and_unpack_the_same() {
+        // A row marker alone (an index row), then one string cell whose
+        // packed length crosses the inline limit, byte by byte.
+        let mut names = Names::default();
+        let mut scratch = Vec::new();
+        let mut inline = 0;
+        for n in 0..24 {
+            for row_ts in [None, Some(i64::MIN), Some(7)] {
+                let cells = if n == 0 {
+                    Vec::new()
+                } else {
+                    vec![("s".to_string(), -1, Value::String("x".repeat(n - 1)))]
+                };
+                let packed = pack(row_ts, &cells, &mut names, &mut scratch);
+                assert_eq!(&packed[..], &scratch[..]);
+                match &packed {
+                    Packed::Inline { .. } => {
+                        inline += 1;
+                        assert_eq!(packed.heap_bytes(), 0);
+                    }
+                    Packed::Heap(_) => assert!(packed.len() > 22 && packed.heap_bytes() >= packed.len()),
+                }
+                assert_eq!(unpack(&packed, &names.columns), Mutation::Put { row_ts, cells });
+            }
+        }
+        assert!(inline > 20, "short rows are inline ({inline})");
+        assert_eq!(std::mem::size_of::<Ops>(), 32, "a slot no larger than with a box");
+    }
+
+    #[test]
+    fn key_counts_agree_with_a_walk() {
+        let mem = Memtable::new();
+        assert_eq!(mem.key_count_in(&KeyRange::all(), usize::MAX), 0);
+        for k in 10u8..40 {
+            mem.insert(vec![k], u64::from(k), Mutation::Delete);
+        }
+        let r = |lo: u8, hi: Option<u8>| KeyRange {
+            lo: vec![lo],
+            hi: hi.map(|h| vec![h]),
+        };
+        for (range, n) in [
+            (KeyRange::all(), 30),
+            (r(10, Some(40)), 30),
+            (r(0, None), 30),
+            (r(10, Some(39)), 29),
+            (r(11, None), 29),
+            (r(20, Some(25)), 5),
+            (r(40, None), 0),
+        ] {
+            assert_eq!(mem.key_count_in(&range, usize::MAX), n, "{range:?}");
+            assert_eq!(mem.key_count_in(&range, 3), n.min(3), "{range:?} capped");
         }
     }
 

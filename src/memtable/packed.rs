@@ -1,5 +1,6 @@
-//! The packed form of a memtable PutRow: one allocation per row, a third
-//! of the memory of a `Mutation`, and the column names it refers to by id.
+//! The packed form of a memtable PutRow: at most one allocation per row
+//! (none for a short one), a third of the memory of a `Mutation`, and the
+//! column names it refers to by id.
 //!
 //! Invariant: unpacking gives back exactly the cells packed (names,
 //! versions and values bit for bit), in the order written.
@@ -82,35 +83,32 @@ impl Names {
 /// and a tagged value (integers as zigzag varints, doubles as 8 bytes,
 /// strings and binaries length-prefixed, booleans in the tag). Counts the
 /// values per column as it goes.
+/// `out` is scratch space, reused from row to row.
 pub(super) fn pack(
     row_ts: Option<i64>,
     cells: &[(String, i64, crate::model::types::Value)],
     names: &mut Names,
-) -> Box<[u8]> {
+    out: &mut Vec<u8>,
+) -> Packed {
     use crate::model::types::Value;
-    let mut out = Vec::with_capacity(
-        16 + cells
-            .iter()
-            .map(|(_, _, v)| 8 + v.data_len() + if matches!(v, Value::Integer(_)) { 2 } else { 0 })
-            .sum::<usize>(),
-    );
+    out.clear();
     let sorted = cells.windows(2).all(|w| w[0].0 < w[1].0);
     out.push(if row_ts.is_some() { FLAG_ROW_TS } else { 0 } | if sorted { FLAG_SORTED } else { 0 });
     if let Some(ts) = row_ts {
         out.extend_from_slice(&ts.to_le_bytes());
     }
-    put_varint(&mut out, cells.len() as u64);
+    put_varint(out, cells.len() as u64);
     let mut prev = 0i64;
     for (i, (name, ts, v)) in cells.iter().enumerate() {
         let id = names.cell_id(i, name);
         names.count(id, v);
-        put_varint(&mut out, u64::from(id));
-        put_varint(&mut out, zigzag(ts.wrapping_sub(prev)));
+        put_varint(out, u64::from(id));
+        put_varint(out, zigzag(ts.wrapping_sub(prev)));
         prev = *ts;
         match v {
             Value::Integer(x) => {
                 out.push(TAG_INT);
-                put_varint(&mut out, zigzag(*x));
+                put_varint(out, zigzag(*x));
             }
             Value::Double(x) => {
                 out.push(TAG_DOUBLE);
@@ -118,18 +116,66 @@ pub(super) fn pack(
             }
             Value::String(x) => {
                 out.push(TAG_STRING);
-                put_varint(&mut out, x.len() as u64);
+                put_varint(out, x.len() as u64);
                 out.extend_from_slice(x.as_bytes());
             }
             Value::Boolean(x) => out.push(if *x { TAG_TRUE } else { TAG_FALSE }),
             Value::Binary(x) => {
                 out.push(TAG_BINARY);
-                put_varint(&mut out, x.len() as u64);
+                put_varint(out, x.len() as u64);
                 out.extend_from_slice(x);
             }
         }
     }
-    out.into_boxed_slice()
+    Packed::of(out)
+}
+
+/// Bytes of a packed row kept in its slot rather than on the heap: an
+/// index row (a row marker alone: 10 bytes) or a PutRow of a cell or two
+/// of small values then costs no allocation, and none to free when its
+/// memtable goes.
+const INLINE_BYTES: usize = 22;
+
+/// A packed row (see [`pack`]): in the slot when short, else in one heap
+/// allocation of its exact length. Either way 24 bytes, so a memtable's
+/// per-key slot is no larger than with a box alone.
+pub(super) enum Packed {
+    Inline { len: u8, bytes: [u8; INLINE_BYTES] },
+    Heap(Box<[u8]>),
+}
+
+impl Packed {
+    fn of(bytes: &[u8]) -> Self {
+        if bytes.len() <= INLINE_BYTES {
+            let mut inline = [0u8; INLINE_BYTES];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            Packed::Inline {
+                len: bytes.len() as u8,
+                bytes: inline,
+            }
+        } else {
+            Packed::Heap(bytes.into())
+        }
+    }
+
+    /// The heap bytes it holds (0 inline).
+    pub(super) fn heap_bytes(&self) -> usize {
+        match self {
+            Packed::Inline { .. } => 0,
+            Packed::Heap(b) => crate::model::row::heap_block(b.len()),
+        }
+    }
+}
+
+impl std::ops::Deref for Packed {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Packed::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Packed::Heap(b) => b,
+        }
+    }
 }
 
 const FLAG_ROW_TS: u8 = 1;

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::model::key;
 use crate::model::row::{Mutation, RowState};
 use crate::model::schema::{MAX_PK_VALUE_BYTES, PkColumn, TableOptions, TableSchema, validate_name};
-use crate::model::types::{PkType, PkValue, Value, ValueType};
+use crate::model::types::{PkType, Value, ValueType};
 
 /// Most indexes on one table.
 pub const MAX_INDEXES_PER_TABLE: usize = 5;
@@ -334,15 +334,16 @@ impl IndexDef {
                 KeySource::Pk(i) => key.extend_from_slice(parts.get(*i)?),
                 KeySource::Column(c) => {
                     let (version, value) = value(c)?;
-                    let pk = match value {
-                        Value::Integer(i) => PkValue::Integer(*i),
-                        Value::String(s) if s.len() <= MAX_PK_VALUE_BYTES => PkValue::String(s.clone()),
-                        Value::Binary(b) if b.len() <= MAX_PK_VALUE_BYTES => PkValue::Binary(b.clone()),
+                    // Encoded as `key::encode_value` encodes a key value,
+                    // from the borrowed value.
+                    match value {
+                        Value::Integer(i) => key.extend_from_slice(&key::encode_integer(*i)),
+                        Value::String(s) if s.len() <= MAX_PK_VALUE_BYTES => key::encode_bytes(&mut key, s.as_bytes()),
+                        Value::Binary(b) if b.len() <= MAX_PK_VALUE_BYTES => key::encode_bytes(&mut key, b),
                         // A value written before the column was declared,
                         // of a type no key can hold: not indexable.
                         _ => return None,
-                    };
-                    key::encode_value(&mut key, &pk);
+                    }
                     marker = Some(marker.map_or(version, |m| m.min(version)));
                 }
             }
@@ -496,16 +497,20 @@ fn pk_type_of(t: ValueType) -> Option<PkType> {
 }
 
 /// A full key cut into its columns' encodings.
-fn key_parts<'a>(key: &'a [u8], types: &[PkType]) -> Option<Vec<&'a [u8]>> {
-    let mut out = Vec::with_capacity(types.len());
+fn key_parts<'a>(key: &'a [u8], types: &[PkType]) -> Option<[&'a [u8]; MAX_KEY_COLUMNS]> {
+    // A table has at most four key columns (`TableSchema::validate`).
+    let mut out: [&[u8]; MAX_KEY_COLUMNS] = [&[]; MAX_KEY_COLUMNS];
     let mut rest = key;
-    for ty in types {
+    for (slot, ty) in out.iter_mut().zip(types) {
         let n = key::encoded_len(rest, *ty)?;
-        out.push(&rest[..n]);
+        *slot = &rest[..n];
         rest = &rest[n..];
     }
-    rest.is_empty().then_some(out)
+    (rest.is_empty() && types.len() <= MAX_KEY_COLUMNS).then_some(out)
 }
+
+/// The most key columns a table has.
+const MAX_KEY_COLUMNS: usize = 4;
 
 #[cfg(test)]
 mod tests {

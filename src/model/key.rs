@@ -37,7 +37,7 @@ pub(crate) fn encode_integer(i: i64) -> [u8; 8] {
     ((i as u64) ^ (1 << 63)).to_be_bytes()
 }
 
-fn encode_bytes(out: &mut Vec<u8>, b: &[u8]) {
+pub(crate) fn encode_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.reserve(b.len() + 2);
     for &byte in b {
         out.push(byte);
