@@ -100,6 +100,7 @@ mod wal;
 mod write;
 
 /// SQL on DataFusion: catalog, table provider, DDL/DML, table functions.
+pub mod cluster;
 pub mod sql;
 
 /// The command-line front end (used by the `cellar` binary).

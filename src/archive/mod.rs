@@ -66,6 +66,18 @@ pub(crate) struct Marker {
     pub manifest: Option<TableManifest>,
 }
 
+/// Everything a process needs to read an archived table on its own,
+/// without the catalog of the database that archived it: what a cluster's
+/// scheduler and executors are sent (`cluster`). The segments are
+/// immutable, so two processes reading one spec read the same rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ArchiveSpec {
+    pub name: String,
+    pub schema: TableSchema,
+    pub options: TableOptions,
+    pub record: ArchiveRecord,
+}
+
 /// How far an archive or a restore has got, for a progress bar.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransferProgress {

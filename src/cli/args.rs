@@ -441,6 +441,33 @@ pub enum Command {
         /// Output format of result sets
         #[arg(long, value_enum, default_value = "table")]
         format: sql::Format,
+        /// Run queries on a Ballista cluster (df://HOST:PORT of its
+        /// scheduler): archived tables are read by its executors; live
+        /// tables, writes and DDL are refused
+        #[arg(long, value_name = "URL")]
+        cluster: Option<String>,
+    },
+    /// Run a Ballista scheduler that reads Cellar's archived tables
+    /// (scale-out; docs/scale-out.md). Needs no data directory
+    Scheduler {
+        /// Address to listen on (HOST:PORT)
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        bind: String,
+    },
+    /// Run a Ballista executor for a Cellar cluster: it reads archived
+    /// segments from their object store (AWS_* credentials from its own
+    /// environment). Needs no data directory
+    Executor {
+        /// Address of its Arrow Flight service (HOST:PORT); its gRPC
+        /// service takes the next port
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        bind: String,
+        /// The scheduler (HOST:PORT or df://HOST:PORT)
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        scheduler: String,
+        /// Tasks run at once (0: one per core)
+        #[arg(long, default_value_t = 0)]
+        slots: usize,
     },
 }
 

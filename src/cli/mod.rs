@@ -87,6 +87,15 @@ fn data_dir(cli: &Cli) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("cellar-data"))
 }
 
+/// A listening address.
+fn socket_addr(s: &str) -> Result<std::net::SocketAddr> {
+    s.parse().map_err(|_| {
+        Error::param(format!(
+            "'{s}' is not an address to listen on: give IP:PORT, e.g. 127.0.0.1:50050"
+        ))
+    })
+}
+
 fn parse_json(s: &str, what: &str) -> Result<Json> {
     serde_json::from_str(s).map_err(|e| Error::param(format!("{what} is not valid JSON ({e}): {s}")))
 }
@@ -99,6 +108,18 @@ async fn run(cli: Cli) -> Result<i32> {
              --data DIR or $CELLAR_DATA names another, `cellar create` or CREATE TABLE starts a new one",
             dir.display()
         )));
+    }
+    // A cluster's processes hold no database of their own.
+    match &cli.command {
+        Command::Scheduler { bind } => {
+            crate::cluster::run_scheduler(socket_addr(bind)?).await?;
+            return Ok(0);
+        }
+        Command::Executor { bind, scheduler, slots } => {
+            crate::cluster::run_executor(socket_addr(bind)?, scheduler, *slots).await?;
+            return Ok(0);
+        }
+        _ => {}
     }
     if let Command::Check { table, legacy } = &cli.command {
         // On the files alone: a database that no longer opens is checked too.
@@ -169,7 +190,9 @@ fn changes(command: &Command) -> Option<&'static str> {
         | Command::Scan { .. }
         | Command::Check { .. }
         | Command::Export { .. }
-        | Command::Sql { .. } => return None,
+        | Command::Sql { .. }
+        | Command::Scheduler { .. }
+        | Command::Executor { .. } => return None,
     })
 }
 
@@ -525,10 +548,17 @@ async fn run_command(db: &Database, command: Command) -> Result<i32> {
             drop(out);
             stream::run(db, &table, since, follow).await?;
         }
-        Command::Sql { command, file, format } => {
+        Command::Sql {
+            command,
+            file,
+            format,
+            cluster,
+        } => {
             drop(out);
-            return sql::run(db, command, file, format).await;
+            return sql::run(db, command, file, format, cluster.as_deref()).await;
         }
+        // Run before a database is opened (see `run`).
+        Command::Scheduler { .. } | Command::Executor { .. } => {}
         Command::Tunnel { command } => {
             drop(out);
             tunnel::run(db, command).await?;

@@ -26,7 +26,7 @@ use object_store::path::Path;
 
 use super::Database;
 use crate::archive::{
-    self, ArchiveRecord, MARKER, MARKER_FORMAT, Marker, MarkerState, TransferProgress, TransferReport,
+    self, ArchiveRecord, ArchiveSpec, MARKER, MARKER_FORMAT, Marker, MarkerState, TransferProgress, TransferReport,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::TableManifest;
@@ -519,6 +519,65 @@ pub(super) async fn delete_local(storage: &Storage, prefix: &str) -> Result<()> 
 /// Where the tails of a table's archived segments are cached.
 fn tail_cache_dir(root: &std::path::Path, table_id: u64) -> std::path::PathBuf {
     root.join("cache").join("tails").join(table_id.to_string())
+}
+
+/// Tables opened from an [`ArchiveSpec`] get ids from here: far above any
+/// catalog's, so that nothing keyed by a table id mistakes one for a table
+/// of the database.
+static NEXT_DETACHED_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 56);
+
+impl Database {
+    /// What another process needs to read `table` from its archive: refused
+    /// for a table that is not archived (its newest rows live in this
+    /// process's memtables and WAL).
+    pub(crate) fn archive_spec(&self, table: &super::table::Table) -> Result<ArchiveSpec> {
+        let t = table.inner();
+        let location = match &*t.archive.read() {
+            Some(a) if a.complete => a.location.clone(),
+            _ => {
+                return Err(Error::param(format!(
+                    "table '{}' is live: its newest rows exist only in this process (memtable and WAL); \
+                     archive it first (cellar archive {} --to URL), or query it without a cluster",
+                    t.schema.name, t.schema.name
+                )));
+            }
+        };
+        // An archived table's manifest never changes after its open.
+        let manifest = match t.manifest.try_lock() {
+            Ok(m) => m.1.clone(),
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::RowOperationConflict,
+                    format!("table '{}' is changing (a restore?); retry", t.schema.name),
+                ));
+            }
+        };
+        Ok(ArchiveSpec {
+            name: t.schema.name.clone(),
+            // With its declared columns (SQL shows them first, in order).
+            schema: t.full_schema(),
+            options: *t.options.read(),
+            record: ArchiveRecord { location, manifest },
+        })
+    }
+
+    /// The archived table `spec` describes, opened from its archive alone
+    /// (credentials from this process's environment), outside the catalog:
+    /// read-only, its segments read in place, nothing cached on disk.
+    pub(crate) fn open_detached(&self, spec: &ArchiveSpec) -> Result<super::table::Table> {
+        let id = NEXT_DETACHED_ID.fetch_add(1, Ordering::Relaxed);
+        let shared = &self.inner.shared;
+        let t = open_archived(
+            id,
+            &spec.schema,
+            spec.options,
+            &spec.record,
+            &shared.storage,
+            &self.inner.root,
+            true,
+        )?;
+        Ok(super::table::Table::new(self.inner.clone(), Arc::new(t)))
+    }
 }
 
 /// An archived table as the catalog records it, for `open`.

@@ -84,8 +84,9 @@ mod ordered_scan;
 mod provider;
 mod prune;
 pub(crate) mod pushdown;
-mod scan_exec;
+pub(crate) mod scan_exec;
 mod series;
+pub(crate) mod shipped;
 mod stream_options;
 mod text;
 mod url_stores;
@@ -161,6 +162,12 @@ pub fn register_table(ctx: &SessionContext, db: &Database, table: &str, as_name:
     Ok(())
 }
 
+/// Whether `p` is one of Cellar's providers (a table, a series, a
+/// versions view).
+pub(crate) fn is_cellar_provider(p: &dyn datafusion::catalog::TableProvider) -> bool {
+    p.is::<CellarTable>() || p.is::<series::SeriesTable>() || versions::is_versions(p)
+}
+
 /// What one statement produced.
 pub enum StatementOutput {
     /// A result set (SELECT, SHOW, DESCRIBE, EXPLAIN, DML row counts).
@@ -174,18 +181,31 @@ pub enum StatementOutput {
 pub struct SqlSession {
     db: Database,
     ctx: SessionContext,
+    /// Statements run on a Ballista cluster ([`SqlSession::with_cluster`]):
+    /// queries only.
+    cluster: Option<String>,
 }
 
 impl SqlSession {
     /// A session over `db` in Cellar's own context ([`session_context`]).
     pub fn new(db: Database) -> Self {
         let ctx = session_context(&db);
-        SqlSession { db, ctx }
+        SqlSession { db, ctx, cluster: None }
     }
 
     /// A session over `db` in a context of your own (register Cellar's tables in it first).
     pub fn with_context(db: Database, ctx: SessionContext) -> Self {
-        SqlSession { db, ctx }
+        SqlSession { db, ctx, cluster: None }
+    }
+
+    /// A session over `ctx`, a context whose queries run on the cluster
+    /// at `url` (made by `SqlSession::with_cluster`, in `cluster`).
+    pub(crate) fn on_cluster(db: Database, ctx: SessionContext, url: &str) -> Self {
+        SqlSession {
+            db,
+            ctx,
+            cluster: Some(url.to_string()),
+        }
     }
 
     /// The DataFusion context statements run in.
@@ -230,6 +250,21 @@ impl SqlSession {
     }
 
     async fn run(&self, stmt: DfStatement) -> DfResult<StatementOutput> {
+        if let Some(url) = &self.cluster {
+            let query = matches!(
+                &stmt,
+                DfStatement::Statement(s) if matches!(
+                    **s,
+                    datafusion::sql::sqlparser::ast::Statement::Query(_)
+                        | datafusion::sql::sqlparser::ast::Statement::Explain { .. }
+                )
+            ) || matches!(&stmt, DfStatement::Explain(_));
+            if !query {
+                return Err(DataFusionError::Plan(format!(
+                    "the cluster at {url} runs queries (SELECT, EXPLAIN) only; run writes and DDL without --cluster"
+                )));
+            }
+        }
         if let DfStatement::Statement(s) = &stmt
             && let Some(out) = ddl::try_execute(self, s).await?
         {

@@ -37,8 +37,8 @@ use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 /// One Cellar table seen from SQL.
 pub struct CellarTable {
     table: Table,
-    schema: SchemaRef,
-    cols: Vec<OutCol>,
+    pub(super) schema: SchemaRef,
+    pub(super) cols: Vec<OutCol>,
     /// The statement's `USE INDEX`, and the table's indexes as of its
     /// planning (one list for the pushdown and the scan).
     hint: IndexHint,
@@ -160,7 +160,7 @@ impl CellarTable {
     }
 
     /// Row-group pruning from predicates the key ranges do not cover.
-    fn pruner(&self, state: &dyn Session, filters: &[Expr]) -> Option<(Arc<dyn RowGroupFilter>, String)> {
+    pub(super) fn pruner(&self, state: &dyn Session, filters: &[Expr]) -> Option<(Arc<dyn RowGroupFilter>, String)> {
         let expr = filters.iter().cloned().reduce(|a, b| a.and(b))?;
         let df_schema = DFSchema::try_from(self.schema.clone()).ok()?;
         let physical = state.create_physical_expr(expr.clone(), &df_schema).ok()?;
@@ -179,7 +179,7 @@ impl CellarTable {
     /// The non-key predicates as a row filter on the scan's output columns
     /// (`None` when some predicate is volatile or needs a column the scan
     /// does not return).
-    fn row_filter(
+    pub(super) fn row_filter(
         &self,
         state: &dyn Session,
         filters: &[Expr],
@@ -486,6 +486,8 @@ impl CellarTable {
             exec.pruning = text;
         }
         exec.row_filter = row_filter;
+        exec.projection = projection.cloned();
+        exec.residual = inexact;
         Ok(Arc::new(exec))
     }
 

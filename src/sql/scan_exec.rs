@@ -53,6 +53,11 @@ pub struct CellarScanExec {
     pub(super) props: Arc<PlanProperties>,
     /// What statistics pruning saved, over every partition executed.
     pub(super) counters: Arc<ScanCounters>,
+    /// The projection and the filters the key ranges leave to pruning and
+    /// the row filter: with the pieces, what another process holding the
+    /// same (archived) table needs to make this plan again (`cluster`).
+    pub(super) projection: Option<Vec<usize>>,
+    pub(super) residual: Vec<datafusion::logical_expr::Expr>,
 }
 
 /// A table partition's snapshot and key ranges of it to read.
@@ -141,6 +146,8 @@ impl CellarScanExec {
             row_filter: None,
             props: Arc::new(props),
             counters: Arc::default(),
+            projection: None,
+            residual: Vec::new(),
         }
     }
 

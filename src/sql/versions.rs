@@ -165,6 +165,11 @@ enum Layout {
     Wide(Vec<OutCol>),
 }
 
+/// Whether `any` is a versions view.
+pub(super) fn is_versions(p: &dyn datafusion::catalog::TableProvider) -> bool {
+    p.is::<VersionsTable>()
+}
+
 struct VersionsTable {
     table: Table,
     read: ReadOptions,

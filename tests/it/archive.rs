@@ -15,7 +15,7 @@ use crate::s3_server::{DyingServer, KEY, SECRET};
 
 /// The binary, with the test server's credentials (and no other AWS
 /// setting from the environment).
-fn cellar(data: &Path) -> Command {
+pub(crate) fn cellar(data: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cellar"));
     c.arg("--data").arg(data);
     for v in ["AWS_ENDPOINT", "AWS_REGION", "AWS_SESSION_TOKEN", "CELLAR_CRASH_POINT"] {
@@ -25,7 +25,7 @@ fn cellar(data: &Path) -> Command {
     c
 }
 
-fn run(c: &mut Command) -> (i32, String, String) {
+pub(crate) fn run(c: &mut Command) -> (i32, String, String) {
     let o = c.output().unwrap();
     (
         o.status.code().unwrap_or(-1),
@@ -35,13 +35,13 @@ fn run(c: &mut Command) -> (i32, String, String) {
 }
 
 /// Runs and expects exit 0; returns stdout.
-fn ok(c: &mut Command) -> String {
+pub(crate) fn ok(c: &mut Command) -> String {
     let (code, out, err) = run(c);
     assert_eq!(code, 0, "{c:?} failed: {err}");
     out
 }
 
-fn s3_archive(data: &Path, table: &str, url: &str, endpoint: &str) -> Command {
+pub(crate) fn s3_archive(data: &Path, table: &str, url: &str, endpoint: &str) -> Command {
     let mut c = cellar(data);
     c.args(["archive", table, "--to", url, "--endpoint", endpoint, "--allow-http"]);
     c
@@ -50,7 +50,7 @@ fn s3_archive(data: &Path, table: &str, url: &str, endpoint: &str) -> Command {
 /// An orders table whose rows went through puts, updates (3 versions
 /// kept), deletes, flushes and a compaction; `pad` bytes of text per row
 /// make the segment as big as a test needs.
-async fn orders(data: &Path, rows: i64, pad: usize) {
+pub(crate) async fn orders(data: &Path, rows: i64, pad: usize) {
     let db = Database::open(data).await.unwrap();
     db.create_table(
         TableSchema::new("orders")
@@ -135,7 +135,7 @@ const CATEGORIES: [&str; 5] = ["food", "drink", "books", "service", "sports"];
 /// `n` random queries of the kinds in `queries/` (aggregates, key ranges,
 /// point lookups, versions, sparse columns, top-k, backward scans,
 /// non-key filters), each with a deterministic order.
-fn random_queries(n: usize, seed: u64) -> String {
+pub(crate) fn random_queries(n: usize, seed: u64) -> String {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = String::new();
     for _ in 0..n {

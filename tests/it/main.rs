@@ -5,6 +5,7 @@ mod auto_increment;
 mod bad_input;
 mod checked_order;
 mod cli;
+mod cluster;
 mod codecs;
 mod common;
 mod compaction;

@@ -78,10 +78,20 @@ pub(super) struct Shell {
     depth: usize,
 }
 
-pub(super) async fn run(db: &Database, commands: Vec<String>, files: Vec<PathBuf>, format: Format) -> Result<i32> {
+pub(super) async fn run(
+    db: &Database,
+    commands: Vec<String>,
+    files: Vec<PathBuf>,
+    format: Format,
+    cluster: Option<&str>,
+) -> Result<i32> {
     let bar: Bar = Arc::new(Mutex::new(None));
+    let sess = match cluster {
+        Some(url) => SqlSession::with_cluster(db.clone(), url).await?,
+        None => session(db, &bar),
+    };
     let mut shell = Shell {
-        sess: session(db, &bar),
+        sess,
         bar,
         format,
         timing: false,
