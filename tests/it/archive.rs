@@ -121,6 +121,21 @@ pub(crate) async fn orders(data: &Path, rows: i64, pad: usize) {
     db.close().await.unwrap();
 }
 
+/// A temporary directory holding a database `db` with [`orders`] of
+/// `rows` rows, and `s3`, the root of an S3 server (running) with an
+/// empty `bucket`.
+pub(crate) async fn orders_beside_s3(
+    rows: i64,
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, DyingServer) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("db");
+    let s3 = dir.path().join("s3");
+    std::fs::create_dir_all(s3.join("bucket")).unwrap();
+    let server = DyingServer::start(&s3, usize::MAX);
+    orders(&data, rows, 0).await;
+    (dir, data, s3, server)
+}
+
 const SELLERS: [&str; 7] = [
     "canteen_1",
     "canteen_2",
@@ -244,12 +259,7 @@ fn objects_under(dir: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archived_tables_answer_the_same_queries_from_s3_and_come_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("db");
-    let s3 = dir.path().join("s3");
-    std::fs::create_dir_all(s3.join("bucket")).unwrap();
-    let server = DyingServer::start(&s3, usize::MAX);
-    orders(&data, 6000, 0).await;
+    let (dir, data, s3, server) = orders_beside_s3(6000).await;
     let queries = dir.path().join("q.sql");
     std::fs::write(&queries, random_queries(300, 1)).unwrap();
     let before = answers(&data, &queries);

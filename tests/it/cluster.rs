@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::archive::{cellar, ok, orders, random_queries, run, s3_archive};
-use crate::s3_server::{DyingServer, KEY, SECRET};
+use crate::archive::{cellar, ok, orders_beside_s3, random_queries, run, s3_archive};
+use crate::s3_server::{KEY, SECRET};
 
 /// Child processes killed when the test ends, however it ends.
 struct Procs(Vec<Child>);
@@ -94,12 +94,7 @@ fn on_cluster(data: &Path, url: &str, queries: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_answers_archived_tables_as_one_process_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("db");
-    let s3 = dir.path().join("s3");
-    std::fs::create_dir_all(s3.join("bucket")).unwrap();
-    let server = DyingServer::start(&s3, usize::MAX);
-    orders(&data, 3000, 0).await;
+    let (dir, data, _s3, server) = orders_beside_s3(3000).await;
     ok(&mut s3_archive(&data, "orders", "s3://bucket/orders", &server.endpoint));
 
     // Queries of the `queries/` kinds, but versions views (not read by a
