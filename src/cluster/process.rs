@@ -40,6 +40,14 @@ fn ballista_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Io, format!("{what}: {e}"))
 }
 
+/// Seconds between an executor's heartbeats, and between the scheduler's
+/// sweeps for executors gone silent.
+const HEARTBEAT_SECS: u64 = 5;
+/// Seconds of silence after which the scheduler drops an executor (its
+/// tasks go to others); with no executor left, running jobs fail after as
+/// long.
+const EXECUTOR_TIMEOUT_SECS: u64 = 20;
+
 /// Runs a Ballista scheduler with Cellar's codecs on `bind` until the
 /// process is stopped.
 pub async fn run_scheduler(bind: SocketAddr) -> Result<()> {
@@ -48,6 +56,12 @@ pub async fn run_scheduler(bind: SocketAddr) -> Result<()> {
         bind_host: bind.ip().to_string(),
         bind_port: bind.port(),
         external_host: bind.ip().to_string(),
+        // A dead executor is noticed within seconds (Ballista's defaults:
+        // 3 minutes), and with none left a job fails after as long
+        // instead of waiting for one forever.
+        executor_timeout_seconds: EXECUTOR_TIMEOUT_SECS,
+        expire_dead_executor_interval_seconds: HEARTBEAT_SECS,
+        no_executors_grace_period_seconds: EXECUTOR_TIMEOUT_SECS,
         override_logical_codec: Some(Arc::new(CellarLogicalCodec::new(db.clone()))),
         override_physical_codec: Some(Arc::new(CellarPhysicalCodec::new(db.clone()))),
         ..Default::default()
@@ -82,6 +96,7 @@ pub async fn run_executor(bind: SocketAddr, scheduler: &str, slots: usize) -> Re
         scheduler_connect_timeout_seconds: 30,
         vcores: slots,
         print_thread_info: false,
+        executor_heartbeat_interval_seconds: HEARTBEAT_SECS,
         override_logical_codec: Some(Arc::new(CellarLogicalCodec::new(db.clone()))),
         override_physical_codec: Some(Arc::new(CellarPhysicalCodec::new(db.clone()))),
         ..Default::default()

@@ -159,3 +159,43 @@ fn bad_cluster_addresses_fail_fast_and_clearly() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("IP:PORT"), "{err}");
 }
+
+/// An executor killed mid-query: the query completes on the other one
+/// (Ballista runs the lost tasks again) with exactly one process's answer.
+/// Every executor gone: a query fails within seconds, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_executor_costs_time_never_rows() {
+    let (dir, data, _s3, server) = orders_beside_s3(3000).await;
+    ok(&mut s3_archive(&data, "orders", "s3://bucket/orders", &server.endpoint));
+    let (mut procs, url) = cluster(2);
+    let file = dir.path().join("q.sql");
+    std::fs::write(&file, "SELECT count(*) FROM orders;").unwrap();
+    on_cluster(&data, &url, &file);
+    // Seconds of work: millions of joined rows.
+    let heavy = "SELECT count(*), sum(a.amount * b.amount + c.amount) FROM orders a \
+                 JOIN orders b ON a.card_id <> b.card_id AND a.order_no < b.order_no \
+                 CROSS JOIN (SELECT amount FROM orders WHERE card_id < 2) c";
+    let local = ok(cellar(&data).args(["sql", "--format", "csv", "-c", heavy]));
+    let mut child = cellar(&data)
+        .args(["sql", "--cluster", &url, "--format", "csv", "-c", heavy])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "the query is still running");
+    procs.0[1].kill().unwrap();
+    procs.0[1].wait().unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), local);
+
+    procs.0[2].kill().unwrap();
+    procs.0[2].wait().unwrap();
+    let started = Instant::now();
+    let (code, _, err) = run(cellar(&data).args(["sql", "--cluster", &url, "-c", "SELECT count(*) FROM orders"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("all executors were lost"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+}
