@@ -116,18 +116,12 @@ impl LogicalExtensionCodec for CellarLogicalCodec {
             Some((&TAG_CELLAR, rest)) => {
                 let spec: ArchiveSpec = serde_json::from_slice(rest).map_err(err)?;
                 let provider = CellarTable::new(self.opened.table(&spec)?);
-                let ours = provider.schema();
-                let same = ours.fields().len() == schema.fields().len()
-                    && ours
-                        .fields()
-                        .iter()
-                        .zip(schema.fields())
-                        .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-                if !same {
+                let (ours, planned) = (shipped::columns_of(&provider.schema()), shipped::columns_of(&schema));
+                if ours != planned {
                     return Err(err(format!(
                         "table '{table_ref}' read from its archive has columns {:?}; the query was planned with {:?}",
-                        ours.fields().iter().map(|f| f.name()).collect::<Vec<_>>(),
-                        schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                        ours.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+                        planned.iter().map(|(n, _)| n).collect::<Vec<_>>()
                     )));
                 }
                 Ok(Arc::new(provider))

@@ -9,6 +9,9 @@ use ballista::prelude::{SessionConfigExt, SessionContextExt};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 
+use datafusion_proto::logical_plan::LogicalExtensionCodec;
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+
 use super::codec::{CellarLogicalCodec, CellarPhysicalCodec};
 use crate::db::Database;
 use crate::error::{Error, ErrorKind, Result};
@@ -36,6 +39,15 @@ async fn scratch(role: ClusterRole) -> Result<(Database, tempfile::TempDir)> {
     Ok((db, dir))
 }
 
+/// Cellar's pair of codecs, opening archives through `db`: what every
+/// process of a cluster, the client included, encodes and decodes with.
+fn codecs(db: &Database) -> (Arc<dyn LogicalExtensionCodec>, Arc<dyn PhysicalExtensionCodec>) {
+    (
+        Arc::new(CellarLogicalCodec::new(db.clone())),
+        Arc::new(CellarPhysicalCodec::new(db.clone())),
+    )
+}
+
 fn ballista_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Io, format!("{what}: {e}"))
 }
@@ -52,6 +64,7 @@ const EXECUTOR_TIMEOUT_SECS: u64 = 20;
 /// process is stopped.
 pub async fn run_scheduler(bind: SocketAddr) -> Result<()> {
     let (db, _dir) = scratch(ClusterRole::Scheduler).await?;
+    let (logical, physical) = codecs(&db);
     let config = ballista_scheduler::config::SchedulerConfig {
         bind_host: bind.ip().to_string(),
         bind_port: bind.port(),
@@ -62,8 +75,8 @@ pub async fn run_scheduler(bind: SocketAddr) -> Result<()> {
         executor_timeout_seconds: EXECUTOR_TIMEOUT_SECS,
         expire_dead_executor_interval_seconds: HEARTBEAT_SECS,
         no_executors_grace_period_seconds: EXECUTOR_TIMEOUT_SECS,
-        override_logical_codec: Some(Arc::new(CellarLogicalCodec::new(db.clone()))),
-        override_physical_codec: Some(Arc::new(CellarPhysicalCodec::new(db.clone()))),
+        override_logical_codec: Some(logical),
+        override_physical_codec: Some(physical),
         ..Default::default()
     };
     let cluster = ballista_scheduler::cluster::BallistaCluster::new_from_config(&config)
@@ -81,6 +94,7 @@ pub async fn run_scheduler(bind: SocketAddr) -> Result<()> {
 pub async fn run_executor(bind: SocketAddr, scheduler: &str, slots: usize) -> Result<()> {
     let (host, port) = host_port(scheduler)?;
     let (db, _dir) = scratch(ClusterRole::Executor).await?;
+    let (logical, physical) = codecs(&db);
     let config = ballista_executor::executor_process::ExecutorProcessConfig {
         bind_host: bind.ip().to_string(),
         external_host: Some(bind.ip().to_string()),
@@ -97,8 +111,8 @@ pub async fn run_executor(bind: SocketAddr, scheduler: &str, slots: usize) -> Re
         vcores: slots,
         print_thread_info: false,
         executor_heartbeat_interval_seconds: HEARTBEAT_SECS,
-        override_logical_codec: Some(Arc::new(CellarLogicalCodec::new(db.clone()))),
-        override_physical_codec: Some(Arc::new(CellarPhysicalCodec::new(db.clone()))),
+        override_logical_codec: Some(logical),
+        override_physical_codec: Some(physical),
         ..Default::default()
     };
     ballista_executor::executor_process::start_executor_process(Arc::new(config))
@@ -161,10 +175,11 @@ pub async fn cluster_context(db: &Database, url: &str) -> Result<SessionContext>
             ));
         }
     }
+    let (logical, physical) = codecs(db);
     let config = crate::sql::session_config()
         .upgrade_for_ballista()
-        .with_ballista_logical_extension_codec(Arc::new(CellarLogicalCodec::new(db.clone())))
-        .with_ballista_physical_extension_codec(Arc::new(CellarPhysicalCodec::new(db.clone())));
+        .with_ballista_logical_extension_codec(logical)
+        .with_ballista_physical_extension_codec(physical);
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()

@@ -70,7 +70,7 @@ impl CellarScanExec {
 }
 
 /// Each column's name and Arrow type, as text.
-fn columns_of(schema: &SchemaRef) -> Vec<(String, String)> {
+pub(crate) fn columns_of(schema: &SchemaRef) -> Vec<(String, String)> {
     schema
         .fields()
         .iter()
